@@ -1,0 +1,64 @@
+"""subsessions: spawn, drive, wait for and cancel LLM sub-sessions from profile presets."""
+
+from subsessions._version import __version__
+from subsessions.config import Hooks, Invocation, SessionConfig, Tool
+from subsessions.engine import Engine
+from subsessions.errors import (
+    ChildCancelled,
+    ChildFailed,
+    ChildLimitReached,
+    ChildNotFinished,
+    ChildTimeout,
+    DepthLimitReached,
+    EngineClosed,
+    InvalidArguments,
+    MaxTurnsExceeded,
+    ModelError,
+    ProfileError,
+    RolloutError,
+    SessionBusy,
+    SubsessionError,
+    UnknownSession,
+    UnknownSessionType,
+)
+from subsessions.manager import ChildInfo, ChildStatus, SubsessionManager
+from subsessions.models import ModelClient, ModelRequest, ModelResponse, ScriptedModel, TokenUsage
+from subsessions.profiles import LoadedProfile, Profile, load_profiles
+from subsessions.session import Session
+
+__all__ = [
+    "ChildCancelled",
+    "ChildFailed",
+    "ChildInfo",
+    "ChildLimitReached",
+    "ChildNotFinished",
+    "ChildStatus",
+    "ChildTimeout",
+    "DepthLimitReached",
+    "Engine",
+    "EngineClosed",
+    "Hooks",
+    "InvalidArguments",
+    "Invocation",
+    "LoadedProfile",
+    "MaxTurnsExceeded",
+    "ModelClient",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "Profile",
+    "ProfileError",
+    "RolloutError",
+    "ScriptedModel",
+    "Session",
+    "SessionBusy",
+    "SessionConfig",
+    "SubsessionError",
+    "SubsessionManager",
+    "TokenUsage",
+    "Tool",
+    "UnknownSession",
+    "UnknownSessionType",
+    "__version__",
+    "load_profiles",
+]

@@ -1,0 +1,94 @@
+"""What a host hands the engine: session configuration, tools and hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeAlias
+
+from attrs import field, frozen
+
+from subsessions.profiles import Profile
+
+
+@frozen
+class Invocation:
+    """Who is calling a tool: the calling session (child or not) and its agent."""
+
+    session_id: str
+    tool_call_id: str
+    tool_name: str
+    agent_name: str | None = None
+
+
+ToolHandler: TypeAlias = Callable[[dict[str, Any], Invocation], Any | Awaitable[Any]]
+
+
+@frozen
+class Tool:
+    """A function the model may call. `handler=None` makes it deferred (answered by the host)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(factory=lambda: {"type": "object", "properties": {}})
+    handler: ToolHandler | None = None
+
+    def spec(self) -> dict[str, Any]:
+        """Responses-format function definition."""
+        return {
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+        }
+
+
+HookFn: TypeAlias = Callable[[dict[str, Any]], Any]
+
+
+@frozen
+class Hooks:
+    on_pre_tool_use: HookFn | None = None
+    on_post_tool_use: HookFn | None = None
+    on_user_prompt_submitted: HookFn | None = None
+    on_session_start: HookFn | None = None
+    on_session_end: HookFn | None = None
+    on_error_occurred: HookFn | None = None
+
+
+def _non_negative(name: str) -> Callable[[Any, Any, int], None]:
+    def check(_instance: Any, _attribute: Any, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
+
+    return check
+
+
+@frozen
+class SessionConfig:
+    """A top-level session's configuration; children's are derived from it and a profile."""
+
+    model: str | None = None
+    instructions: str | None = None
+    tools: tuple[Tool, ...] = field(default=(), converter=tuple)
+    custom_agents: tuple[Profile, ...] = field(default=(), converter=tuple)
+    permission_handler: Callable[..., Any] | None = None
+    hooks: Hooks | None = None
+    user_input_handler: Callable[..., Any] | None = None
+    cwd: str | None = None
+    max_depth: int = field(default=2, validator=_non_negative("max_depth"))
+    max_children: int = field(default=8, validator=_non_negative("max_children"))
+    max_turns: int = field(default=24, validator=_non_negative("max_turns"))
+
+    def __attrs_post_init__(self) -> None:
+        names = [t.name for t in self.tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tool names must be unique: {names}")
+
+
+def filter_tools(tools: Iterable[Tool], allowlist: tuple[str, ...] | None) -> tuple[Tool, ...]:
+    """The tools an agent may use, in allowlist order; unknown names are skipped."""
+    tools = tuple(tools)
+    if allowlist is None:
+        return tools
+    by_name = {t.name: t for t in tools}
+    return tuple(by_name[name] for name in dict.fromkeys(allowlist) if name in by_name)

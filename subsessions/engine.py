@@ -1,0 +1,153 @@
+"""The Engine owns top-level sessions and every task they start, and shuts it all down."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from subsessions.config import SessionConfig
+from subsessions.errors import EngineClosed
+from subsessions.models.base import ModelClient
+from subsessions.profiles import LoadedProfile, load_profiles
+from subsessions.rollouts.recorder import RolloutWriter
+from subsessions.session import Session
+
+T = TypeVar("T")
+
+
+def default_home() -> Path:
+    configured = os.environ.get("SUBSESSIONS_HOME")
+    return Path(configured) if configured else Path.home() / ".subsessions"
+
+
+class Engine:
+    """Use as `async with Engine(...) as engine:`; leaving it aborts every descendant.
+
+    Every task the engine starts (top-level tasks and all children) is kept here
+    and drained on close, so nothing outlives the engine.
+    """
+
+    def __init__(
+        self,
+        home: Path | str | None = None,
+        *,
+        model_client: ModelClient,
+        model: str = "scripted",
+        model_provider: str | None = None,
+        profiles: Mapping[str, LoadedProfile] | None = None,
+        project_dir: Path | str | None = None,
+    ) -> None:
+        self.home = Path(home) if home is not None else default_home()
+        self.model_client = model_client
+        self.model = model
+        self.model_provider = model_provider or str(
+            getattr(model_client, "provider", type(model_client).__name__)
+        )
+        self.cwd = os.getcwd()
+        self.profiles: Mapping[str, LoadedProfile] = (
+            profiles if profiles is not None else load_profiles(self.home, project_dir or self.cwd)
+        )
+        self.writer = RolloutWriter()
+        self._sessions: dict[str, Session] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._top_tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        self._close_done: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (
+            f"<Engine {state} home={str(self.home)!r} sessions={len(self._sessions)} "
+            f"tasks={len(self._tasks)}>"
+        )
+
+    async def __aenter__(self) -> Engine:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise EngineClosed()
+
+    async def create_session(
+        self, config: SessionConfig | None = None, *, source: str = "exec"
+    ) -> Session:
+        """A new top-level session, registered with the engine."""
+        self.check_open()
+        session = Session(self, config or SessionConfig(), source=source)
+        session.write_meta()
+        self._sessions[session.session_id] = session
+        return session
+
+    def sessions(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    def get_session(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    # -- task ownership ---------------------------------------------------------------------
+    def spawn_task(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+        """Start a task the engine owns; refused once closing started."""
+        if self._closed:
+            coro.close()
+            raise EngineClosed()
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def run_owned(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` in an owned task; cancelling the caller cancels it, closing raises."""
+        task = self.spawn_task(coro, "subsessions-task")
+        self._top_tasks.add(task)
+        task.add_done_callback(self._top_tasks.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                task.cancel()
+                await asyncio.wait((task,))
+                raise
+            raise EngineClosed() from None
+
+    # -- shutdown ---------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Abort every descendant, drain every task, write every rollout; idempotent."""
+        if self._close_done is None:
+            self._close_done = asyncio.get_running_loop().create_future()
+            self._closed = True
+            try:
+                await self._shut_down()
+            finally:
+                self._close_done.set_result(None)
+        await asyncio.shield(self._close_done)
+
+    async def _shut_down(self) -> None:
+        for task in list(self._top_tasks):
+            task.cancel()  # a top-level task aborts its own children first
+        await asyncio.gather(*(s.subsessions.abort_all_children() for s in self._sessions.values()))
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+        flushed = [s.recorder.flush_durable() for s in self._sessions.values()]
+        if flushed:
+            await asyncio.wait(flushed)
+        for future in flushed:
+            future.exception()  # retrieved: a failed last write must not warn at exit
+        await self.writer.aclose()
+        self._sessions.clear()

@@ -1,0 +1,134 @@
+"""Every error the engine raises on purpose derives from one base.
+
+    SubsessionError
+    ├── UnknownSession            id is not a child of this session / not a session
+    ├── ChildNotFinished          wait with timeout <= 0 on a running child
+    ├── ChildTimeout              (also TimeoutError) the wait ran out; the child runs on
+    ├── ChildFailed               the child ended with an error (carries it)
+    ├── ChildCancelled            the child was cancelled
+    ├── UnknownSessionType        no profile of that name
+    ├── DepthLimitReached         spawning would exceed max_depth
+    ├── ChildLimitReached         max_children already running in this tree
+    ├── InvalidArguments          malformed tool arguments or API input
+    ├── SessionBusy               a task is already running in that session
+    ├── EngineClosed              the engine is closed or closing
+    ├── MaxTurnsExceeded          a task looped past its profile's max_turns
+    ├── ModelError                the model client failed (scripted or real)
+    ├── ProfileError              a profile file is malformed
+    └── RolloutError              a rollout file cannot be written or read
+
+Messages are built from the fields, so the texts of DESIGN 3.1 live here only.
+"""
+
+from __future__ import annotations
+
+_MAX_ECHO = 80
+
+
+def echo(value: str) -> str:
+    """Quote untrusted input in a message without letting it flood the message."""
+    return value if len(value) <= _MAX_ECHO else value[:_MAX_ECHO] + "…"
+
+
+class SubsessionError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class UnknownSession(SubsessionError):
+    def __init__(self, session_id: str, message: str | None = None) -> None:
+        self.session_id = session_id
+        super().__init__(message or f"unknown session {echo(session_id)}")
+
+
+class ChildNotFinished(SubsessionError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} has not completed")
+
+
+class ChildTimeout(SubsessionError, TimeoutError):
+    def __init__(self, session_id: str, timeout_ms: int) -> None:
+        self.session_id = session_id
+        self.timeout_ms = timeout_ms
+        super().__init__(f"session {session_id} did not complete within {timeout_ms}ms")
+
+
+class ChildFailed(SubsessionError):
+    def __init__(self, session_id: str, error: str) -> None:
+        self.session_id = session_id
+        self.error = error
+        super().__init__(f"session {session_id} failed: {error}")
+
+
+class ChildCancelled(SubsessionError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} was cancelled")
+
+
+class UnknownSessionType(SubsessionError):
+    def __init__(self, name: str, expected: tuple[str, ...]) -> None:
+        self.name = name
+        self.expected = expected
+        super().__init__(
+            f"unknown session_type {echo(name)}; expected one of: {', '.join(expected)}"
+        )
+
+
+class DepthLimitReached(SubsessionError):
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        super().__init__(
+            f"sub-session depth limit reached (max_depth={max_depth}); solve the task yourself"
+        )
+
+
+class ChildLimitReached(SubsessionError):
+    def __init__(self, max_children: int) -> None:
+        self.max_children = max_children
+        super().__init__(
+            f"sub-session limit reached (max_children={max_children}); "
+            "wait for or cancel a running session first"
+        )
+
+
+class InvalidArguments(SubsessionError, ValueError):
+    def __init__(self, target: str, problem: str) -> None:
+        self.target = target
+        self.problem = problem
+        super().__init__(f"invalid arguments for {target}: {problem}")
+
+
+class SessionBusy(SubsessionError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} is already running a task")
+
+
+class EngineClosed(SubsessionError):
+    def __init__(self) -> None:
+        super().__init__("the engine is closed")
+
+
+class MaxTurnsExceeded(SubsessionError):
+    def __init__(self, max_turns: int) -> None:
+        self.max_turns = max_turns
+        super().__init__(f"max_turns ({max_turns}) exceeded without a final answer")
+
+
+class ModelError(SubsessionError):
+    """The model client failed; the message says how."""
+
+
+class ProfileError(SubsessionError):
+    def __init__(self, source: str, problem: str) -> None:
+        self.source = source
+        self.problem = problem
+        super().__init__(f"{source}: {problem}")
+
+
+class RolloutError(SubsessionError):
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")

@@ -1,0 +1,1 @@
+"""Tool handlers: argument checking and the sub-session tools."""

@@ -1,0 +1,314 @@
+"""SubsessionManager: one per session; spawns, tracks, waits for and cancels its children."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from attrs import define, frozen
+
+from subsessions.config import SessionConfig
+from subsessions.errors import (
+    ChildCancelled,
+    ChildFailed,
+    ChildLimitReached,
+    ChildNotFinished,
+    ChildTimeout,
+    DepthLimitReached,
+    InvalidArguments,
+    UnknownSession,
+    UnknownSessionType,
+)
+from subsessions.profiles import Profile
+
+if TYPE_CHECKING:
+    from subsessions.session import Session
+
+MAX_WAIT_SECONDS = 3600.0
+
+
+class ChildStatus(enum.Enum):
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@define
+class Pending:
+    task: asyncio.Task[str | None]
+
+
+@frozen
+class Done:
+    result: str | None
+
+
+@frozen
+class Failed:
+    error: str
+
+
+@frozen
+class Cancelled:
+    pass
+
+
+ChildState = Pending | Done | Failed | Cancelled
+_STATUS = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: ChildStatus.FAILED,
+           Cancelled: ChildStatus.CANCELLED}
+
+
+@frozen
+class ChildInfo:
+    """A snapshot of one child, for listings."""
+
+    session_id: str
+    session_type: str
+    status: ChildStatus
+    model: str
+    result: str | None
+    error: str | None
+    started_at: float
+    ended_at: float | None
+    rollout_path: str
+
+
+class _Child:
+    __slots__ = ("cancel_requested", "ended_at", "finished", "session", "state")
+
+    def __init__(self, session: Session, task: asyncio.Task[str | None]) -> None:
+        self.session = session
+        self.state: ChildState = Pending(task)
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ended_at: float | None = None
+        self.cancel_requested = False
+
+    def cancel(self) -> None:
+        """Cancel the task once: a second cancel would interrupt its own clean-up."""
+        if isinstance(self.state, Pending) and not self.cancel_requested:
+            self.cancel_requested = True
+            self.state.task.cancel()
+
+    def info(self) -> ChildInfo:
+        state = self.state
+        return ChildInfo(
+            session_id=self.session.session_id,
+            session_type=self.session.agent_name or "custom",
+            status=_STATUS[type(state)],
+            model=self.session.model,
+            result=state.result if isinstance(state, Done) else None,
+            error=state.error if isinstance(state, Failed) else None,
+            started_at=self.session.started_at,
+            ended_at=self.ended_at,
+            rollout_path=self.session.recorder.path,
+        )
+
+
+class SubsessionManager:
+    """The children of one session. Limits are counted over the root's whole tree."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._children: dict[str, _Child] = {}
+        self._running_in_tree = 0  # kept on the root's manager only
+        self._profiles: dict[str, Profile] | None = None  # root only, built on first use
+        self._specs: tuple[dict[str, Any], ...] | None = None  # root only
+
+    def __repr__(self) -> str:
+        counts: dict[str, int] = {}
+        for child in self._children.values():
+            key = _STATUS[type(child.state)].value
+            counts[key] = counts.get(key, 0) + 1
+        return f"<SubsessionManager of {self._session.session_id} {counts}>"
+
+    # -- profiles and tool specs, shared by the whole tree ---------------------------------
+    def profiles(self) -> dict[str, Profile]:
+        """The profiles children of this tree can be spawned from, by name."""
+        root = self._session.root.subsessions
+        if root._profiles is None:
+            found = {name: lp.profile for name, lp in self._session.engine.profiles.items()}
+            found.update({p.name: p for p in self._session.root.config.custom_agents})
+            root._profiles = dict(sorted(found.items()))
+        return root._profiles
+
+    def tree_tool_specs(self) -> tuple[dict[str, Any], ...]:
+        from subsessions.handlers.subsessions import tool_specs
+
+        root = self._session.root.subsessions
+        if root._specs is None:
+            root._specs = tool_specs(self.profiles())
+        return root._specs
+
+    # -- spawning ---------------------------------------------------------------------------
+    async def spawn_child(
+        self,
+        profile: str | Profile | SessionConfig,
+        prompt: str,
+        *,
+        call_id: str | None = None,
+    ) -> str:
+        """Queue a child and return its id at once; it runs in an engine-owned task."""
+        from subsessions.session import Session
+
+        parent = self._session
+        engine = parent.engine
+        engine.check_open()
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InvalidArguments("spawn_child", "prompt must be a non-empty string")
+        chosen, config = self._child_config(profile)
+        root = parent.root
+        if parent.depth >= root.config.max_depth:
+            raise DepthLimitReached(root.config.max_depth)
+        tree = root.subsessions
+        if tree._running_in_tree >= root.config.max_children:
+            raise ChildLimitReached(root.config.max_children)
+        source = {
+            "subsession": {
+                "parent_session_id": parent.session_id,
+                "depth": parent.depth + 1,
+                "session_type": chosen.name,
+                "call_id": call_id,
+            }
+        }
+        child = Session(engine, config, parent=parent, profile=chosen, call_id=call_id,
+                        source=source)
+        task = engine.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
+        record = _Child(child, task)
+        self._children[child.session_id] = record
+        tree._running_in_tree += 1
+        parent.recorder.event(
+            {
+                "type": "background_event",
+                "message": f"spawned child session {child.session_id} with model {child.model}",
+            }
+        )
+        task.add_done_callback(partial(self._on_task_done, record))
+        return child.session_id
+
+    def _child_config(self, profile: str | Profile | SessionConfig) -> tuple[Profile, SessionConfig]:
+        if isinstance(profile, SessionConfig):
+            label = Profile(name="custom", developer_instructions=profile.instructions or "",
+                            max_turns=profile.max_turns)
+            return label, profile
+        if isinstance(profile, str):
+            known = self.profiles()
+            if profile not in known:
+                raise UnknownSessionType(profile, tuple(known))
+            profile = known[profile]
+        if not isinstance(profile, Profile):
+            raise InvalidArguments(
+                "spawn_child", "profile must be a profile name, a Profile or a SessionConfig"
+            )
+        chosen = profile.child_view()
+        return chosen, self._session.child_config(chosen)
+
+    # -- endings ----------------------------------------------------------------------------
+    def _on_task_done(self, record: _Child, task: asyncio.Task[str | None]) -> None:
+        outcome: ChildState
+        if task.cancelled():
+            outcome = Cancelled()
+        elif (exc := task.exception()) is not None:
+            from subsessions.session import error_text
+
+            outcome = Failed(error_text(exc))
+        else:
+            outcome = Done(task.result())
+        child = record.session
+        if not child.wrote_meta:  # cancelled before its first step: still one whole rollout
+            child.write_meta()
+            child.recorder.event({"type": "turn_aborted", "reason": "cancelled"})
+        settle: Callable[[asyncio.Future[None] | None], None] = partial(
+            self._settle, record, outcome
+        )
+        try:
+            flushed = child.recorder.flush_durable()
+        except RuntimeError:  # writer already closed: nothing more can reach the disk
+            settle(None)
+        else:
+            flushed.add_done_callback(settle)
+
+    def _settle(
+        self, record: _Child, outcome: ChildState, flushed: asyncio.Future[None] | None
+    ) -> None:
+        if flushed is not None and not flushed.cancelled() and flushed.exception() is not None:
+            problem = str(flushed.exception())
+            if isinstance(outcome, Done):
+                outcome = Failed(problem)
+        record.state = outcome
+        record.ended_at = time.time()
+        self._session.root.subsessions._running_in_tree -= 1
+        child_id = record.session.session_id
+        if isinstance(outcome, Done):
+            message = f"child session {child_id} completed"
+        elif isinstance(outcome, Failed):
+            message = f"child session {child_id} failed: {outcome.error}"
+        else:
+            message = f"child session {child_id} cancelled"
+        self._session.recorder.event({"type": "background_event", "message": message})
+        record.finished.set_result(None)
+
+    # -- queries ----------------------------------------------------------------------------
+    def _lookup(self, session_id: str) -> _Child:
+        record = self._children.get(session_id) if isinstance(session_id, str) else None
+        if record is None:
+            raise UnknownSession(str(session_id))
+        return record
+
+    def status(self, session_id: str) -> ChildStatus:
+        return _STATUS[type(self._lookup(session_id).state)]
+
+    def info(self, session_id: str) -> ChildInfo:
+        return self._lookup(session_id).info()
+
+    def children(self) -> list[ChildInfo]:
+        """Every child of this session, oldest first."""
+        return [child.info() for child in self._children.values()]
+
+    def running(self) -> list[str]:
+        return [cid for cid, child in self._children.items() if not child.finished.done()]
+
+    # -- waiting and cancelling -------------------------------------------------------------
+    async def wait_child(self, session_id: str, timeout: float | None = None) -> str | None:
+        """The child's last assistant message. `None` waits forever, `<= 0` does not wait."""
+        if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
+            raise InvalidArguments("wait_child", "timeout must be a number of seconds or None")
+        ms = None if timeout is None else round(min(timeout, MAX_WAIT_SECONDS) * 1000)
+        return await self.wait_child_ms(session_id, ms)
+
+    async def wait_child_ms(self, session_id: str, timeout_ms: int | None) -> str | None:
+        record = self._lookup(session_id)
+        if not record.finished.done():
+            if timeout_ms is not None and timeout_ms <= 0:
+                raise ChildNotFinished(session_id)
+            seconds = None if timeout_ms is None else min(timeout_ms / 1000, MAX_WAIT_SECONDS)
+            done, _ = await asyncio.wait((record.finished,), timeout=seconds)
+            if not done:
+                raise ChildTimeout(session_id, int(timeout_ms or 0))
+        state = record.state
+        if isinstance(state, Done):
+            return state.result
+        if isinstance(state, Failed):
+            raise ChildFailed(session_id, state.error)
+        raise ChildCancelled(session_id)
+
+    async def cancel_child(self, session_id: str) -> bool:
+        """Cancel a running child (its children first); False if it had already ended."""
+        record = self._lookup(session_id)
+        if record.finished.done():
+            return False
+        record.cancel()
+        await asyncio.wait((record.finished,))
+        return isinstance(record.state, Cancelled)
+
+    async def abort_all_children(self) -> None:
+        """Cancel every running child and wait until each has settled."""
+        pending = [child for child in self._children.values() if not child.finished.done()]
+        for child in pending:
+            child.cancel()
+        if pending:
+            await asyncio.wait([child.finished for child in pending])

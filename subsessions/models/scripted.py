@@ -1,0 +1,100 @@
+"""A model that answers from a script: for tests, benchmarks and the offline demo."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeAlias
+
+import orjson
+
+from subsessions.errors import ModelError
+from subsessions.items import Item, assistant_message, function_call
+from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
+
+ScriptItem: TypeAlias = str | dict[str, Any]
+ScriptResponse: TypeAlias = Sequence[ScriptItem] | str | BaseException
+ScriptFunction: TypeAlias = Callable[
+    [ModelRequest], ScriptResponse | Awaitable[ScriptResponse]
+]
+
+
+class ScriptedModel:
+    """Answers each request from `script`.
+
+    `script` is a list of responses consumed in order (across every session that
+    shares this client), or a function called with each `ModelRequest`, sync or
+    async. A response is a list of output items: a `str` is assistant text, a dict
+    is a Responses item such as `{"type": "function_call", "name": ..., "arguments":
+    {...}}` (`call_id` generated when absent, `arguments` a dict or JSON text). A
+    response that is an exception instance is raised, to model a failing model;
+    `latency` seconds are slept before each answer, to model a slow one.
+    """
+
+    provider = "scripted"
+
+    def __init__(
+        self, script: Iterable[ScriptResponse] | ScriptFunction, *, latency: float = 0.0
+    ) -> None:
+        if latency < 0:
+            raise ValueError("latency must be >= 0")
+        self._function: ScriptFunction | None = None
+        self._responses: list[ScriptResponse] = []
+        if callable(script):
+            self._function = script
+        else:
+            self._responses = list(script)
+        self._next = 0
+        self._latency = latency
+        self._call_ids = itertools.count(1)
+        self.requests: list[ModelRequest] = []
+
+    def __repr__(self) -> str:
+        kind = "function" if self._function else f"{len(self._responses) - self._next} left"
+        return f"<ScriptedModel {kind} latency={self._latency}>"
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        if self._latency:
+            await asyncio.sleep(self._latency)
+        raw = await self._script_response(request)
+        if isinstance(raw, BaseException):
+            raise raw
+        output = tuple(self._normalise(item) for item in ([raw] if isinstance(raw, str) else raw))
+        return ModelResponse(output=output, usage=_estimate_usage(request, output))
+
+    async def _script_response(self, request: ModelRequest) -> ScriptResponse:
+        if self._function is None:
+            if self._next >= len(self._responses):
+                raise ModelError(f"scripted model has no response left for request {self._next + 1}")
+            self._next += 1
+            return self._responses[self._next - 1]
+        result = self._function(request)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def _normalise(self, item: ScriptItem) -> Item:
+        if isinstance(item, str):
+            return assistant_message(item)
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+            raise ModelError(f"scripted output item must be a str or a dict with a type: {item!r}")
+        if item["type"] != "function_call":
+            return dict(item)
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise ModelError(f"scripted function_call has no name: {item!r}")
+        arguments = item.get("arguments", {})
+        if not isinstance(arguments, str):
+            arguments = orjson.dumps(arguments).decode()
+        call_id = item.get("call_id") or f"call_{next(self._call_ids)}"
+        return function_call(name, arguments, str(call_id))
+
+
+def _estimate_usage(request: ModelRequest, output: tuple[Item, ...]) -> TokenUsage:
+    """About four characters a token, so usage figures are plausible and deterministic."""
+    seen = len(request.instructions) + sum(len(orjson.dumps(i)) for i in request.items)
+    made = sum(len(orjson.dumps(i)) for i in output)
+    return TokenUsage(input_tokens=seen // 4 + 1, output_tokens=made // 4 + 1)

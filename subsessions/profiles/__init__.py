@@ -1,0 +1,148 @@
+"""Profiles: the presets children are spawned from, loaded in layers.
+
+Layers, later wins by name: the built-ins shipped in this package, then
+`$SUBSESSIONS_HOME/profiles/*.toml`, then a project's `.subsessions/profiles/*.toml`.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from attrs import field, frozen
+
+from subsessions.errors import ProfileError
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+def _as_tuple(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
+@frozen
+class Profile:
+    """A preset: what a child is told, which model it runs, which tools it gets.
+
+    `tools=None` gives the child all of its parent's tools, `()` none.
+    `persona` and `memory` reach the model only when the profile runs top-level.
+    """
+
+    name: str
+    description: str = ""
+    developer_instructions: str = ""
+    model: str = "inherit"
+    fallback_models: tuple[str, ...] = field(default=(), converter=tuple)
+    tools: tuple[str, ...] | None = field(default=None, converter=_as_tuple)
+    max_turns: int = 24
+    persona: str | None = None
+    memory: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ValueError(
+                f"profile name {self.name!r} must start with a letter and use only "
+                "letters, digits, '_' and '-' (at most 64 characters)"
+            )
+        if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int):
+            raise ValueError("max_turns must be an integer")
+        if self.max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+
+    def child_view(self) -> Profile:
+        """What may reach a model when this profile runs as a child."""
+        return Profile(
+            name=self.name,
+            description=self.description,
+            developer_instructions=self.developer_instructions,
+            model=self.model,
+            fallback_models=self.fallback_models,
+            tools=self.tools,
+            max_turns=self.max_turns,
+        )
+
+
+@frozen
+class LoadedProfile:
+    profile: Profile
+    source: str  # "builtin" or the file it came from
+
+
+# key -> (accepted python types, description for errors)
+_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
+    "name": ((str,), "a string"),
+    "description": ((str,), "a string"),
+    "developer_instructions": ((str,), "a string"),
+    "model": ((str,), "a string"),
+    "fallback_models": ((list,), "a list of strings"),
+    "tools": ((list,), "a list of strings"),
+    "max_turns": ((int,), "an integer"),
+    "persona": ((str,), "a string"),
+    "memory": ((str,), "a string"),
+}
+
+
+def parse_profile(text: str, source: str) -> Profile:
+    """Parse one profile file's text; every problem is one line naming `source`."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(source, f"invalid TOML: {exc}") from None
+    return profile_from_mapping(data, source)
+
+
+def profile_from_mapping(data: Mapping[str, Any], source: str) -> Profile:
+    for key, value in data.items():
+        if key not in _SCHEMA:
+            raise ProfileError(source, f"unknown key {key!r}; allowed: {', '.join(_SCHEMA)}")
+        types, wanted = _SCHEMA[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ProfileError(source, f"{key} must be {wanted}, not {type(value).__name__}")
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+            raise ProfileError(source, f"{key} must be {wanted}")
+    if "name" not in data:
+        raise ProfileError(source, "missing required key 'name'")
+    try:
+        return Profile(**data)
+    except ValueError as exc:
+        raise ProfileError(source, str(exc)) from None
+
+
+def builtin_profiles() -> dict[str, LoadedProfile]:
+    found: dict[str, LoadedProfile] = {}
+    folder = resources.files("subsessions.profiles").joinpath("builtin")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            profile = parse_profile(entry.read_text(encoding="utf-8"), f"builtin:{entry.name}")
+            found[profile.name] = LoadedProfile(profile, "builtin")
+    return found
+
+
+def load_profile_dir(folder: Path) -> dict[str, LoadedProfile]:
+    found: dict[str, LoadedProfile] = {}
+    if not folder.is_dir():
+        return found
+    for path in sorted(folder.glob("*.toml")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ProfileError(str(path), f"cannot read: {exc}") from None
+        profile = parse_profile(text, str(path))
+        found[profile.name] = LoadedProfile(profile, str(path))
+    return found
+
+
+def load_profiles(
+    home: Path | str | None = None, project_dir: Path | str | None = None
+) -> dict[str, LoadedProfile]:
+    """The built-ins overlaid by the home's and then the project's profile files."""
+    layers = builtin_profiles()
+    if home is not None:
+        layers.update(load_profile_dir(Path(home) / "profiles"))
+    if project_dir is not None:
+        layers.update(load_profile_dir(Path(project_dir) / ".subsessions" / "profiles"))
+    return layers

@@ -1,0 +1,191 @@
+"""Writing rollouts: a buffer per session, one writer thread per engine.
+
+Sessions append serialised lines to an in-memory buffer and hand it to the
+writer at their await points (before a model call, at the end of a task). The
+writer thread opens, appends and closes each file, batching everything that
+queued up meanwhile, so no descriptor is held per idle session (10,000
+children fit under `ulimit -n 1024`), the event loop never waits on the disk,
+and a durable flush resolves once the bytes are in the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from subsessions.errors import RolloutError
+
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+_LINE = orjson.OPT_APPEND_NEWLINE
+
+
+class _Clock:
+    """UTC timestamps with millisecond precision; the seconds part is cached."""
+
+    __slots__ = ("_second", "_prefix")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def now(self) -> str:
+        t = time.time()
+        second = int(t)
+        if second != self._second:
+            self._second = second
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._prefix}.{int((t - second) * 1000):03d}Z"
+
+
+clock = _Clock()
+
+_Waiter = tuple[asyncio.Future[None], str]
+
+
+class RolloutWriter:
+    """Appends queued chunks to their files on one background thread."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[str, bytes, asyncio.Future[None] | None]] = deque()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._stopped: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._made_dirs: set[str] = set()
+        self._failed: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        state = "stopping" if self._stopping else "running" if self._thread else "idle"
+        return f"<RolloutWriter {state} queued={len(self._queue)}>"
+
+    def submit(self, path: str, data: bytes, waiter: asyncio.Future[None] | None) -> None:
+        if self._stopping:
+            raise RuntimeError("rollout writer is closed")
+        if self._thread is None:
+            self._loop = asyncio.get_running_loop()
+            self._thread = threading.Thread(target=self._run, name="rollout-writer", daemon=True)
+            self._thread.start()
+        self._queue.append((path, data, waiter))
+        self._wake.set()
+
+    async def aclose(self) -> None:
+        """Write everything queued, then stop the thread."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._thread is None:
+            return
+        # Assigning the future is what tells the thread to stop once the queue is empty.
+        self._stopped = asyncio.get_running_loop().create_future()
+        self._wake.set()
+        await asyncio.shield(self._stopped)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            batch: dict[str, list[bytes]] = {}
+            waiters: list[_Waiter] = []
+            while self._queue:
+                path, data, waiter = self._queue.popleft()
+                batch.setdefault(path, []).append(data)
+                if waiter is not None:
+                    waiters.append((waiter, path))
+            for path, chunks in batch.items():
+                self._append(path, b"".join(chunks))
+            if waiters:
+                self._call(_resolve, waiters, dict(self._failed))
+            stopped = self._stopped
+            if stopped is not None and not self._queue:
+                self._call(_set_done, stopped)
+                return
+
+    def _call(self, callback: Any, *args: Any) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is gone; nobody is left to tell
+            pass
+
+    def _append(self, path: str, data: bytes) -> None:
+        try:
+            folder = os.path.dirname(path)
+            if folder not in self._made_dirs:
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+                self._made_dirs.add(folder)
+            fd = os.open(path, _APPEND, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self._failed[path] = f"cannot write rollout: {exc.strerror or exc}"
+
+
+def _resolve(waiters: list[_Waiter], failed: dict[str, str]) -> None:
+    for future, path in waiters:
+        if future.done():
+            continue
+        problem = failed.get(path)
+        if problem is None:
+            future.set_result(None)
+        else:
+            future.set_exception(RolloutError(path, problem))
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def rollout_path(home: Path, session_id: str, started: float) -> str:
+    local = time.localtime(started)
+    day = time.strftime("%Y/%m/%d", local)
+    stamp = time.strftime("%Y-%m-%dT%H-%M-%S", local)
+    return str(home / "sessions" / day / f"rollout-{stamp}-{session_id}.jsonl")
+
+
+class RolloutRecorder:
+    """One session's rollout: buffered lines in the envelope of DESIGN 3.5."""
+
+    __slots__ = ("_buffer", "_writer", "path")
+
+    def __init__(self, writer: RolloutWriter, path: str) -> None:
+        self._writer = writer
+        self._buffer: list[bytes] = []
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"<RolloutRecorder {self.path} buffered={len(self._buffer)}>"
+
+    def record(self, kind: str, payload: dict[str, Any]) -> None:
+        self._buffer.append(
+            orjson.dumps({"timestamp": clock.now(), "type": kind, "payload": payload}, option=_LINE)
+        )
+
+    def event(self, payload: dict[str, Any]) -> None:
+        self.record("event_msg", payload)
+
+    def flush(self) -> None:
+        """Hand what is buffered to the writer without waiting for it."""
+        if self._buffer:
+            self._writer.submit(self.path, b"".join(self._buffer), None)
+            self._buffer.clear()
+
+    def flush_durable(self) -> asyncio.Future[None]:
+        """Hand what is buffered to the writer; the future resolves once it is in the file."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._writer.submit(self.path, b"".join(self._buffer), waiter)
+        self._buffer.clear()
+        return waiter

@@ -1,0 +1,277 @@
+"""A session: instructions, history, tools, a rollout; a task loop to TaskComplete."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from subsessions._version import __version__
+from subsessions.config import Invocation, SessionConfig, Tool, filter_tools
+from subsessions.errors import InvalidArguments, MaxTurnsExceeded, SessionBusy
+from subsessions.handlers import subsessions as subsession_tools
+from subsessions.handlers.arguments import parse_arguments
+from subsessions.ids import new_session_id
+from subsessions.items import (
+    Item,
+    function_call_output,
+    is_assistant_message,
+    message_text,
+    user_message,
+)
+from subsessions.manager import SubsessionManager
+from subsessions.models.base import ModelRequest, TokenUsage
+from subsessions.profiles import Profile
+from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
+
+if TYPE_CHECKING:
+    from subsessions.engine import Engine
+
+
+def error_text(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+class Session:
+    """One conversation. Create top-level ones with `Engine.create_session`."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        config: SessionConfig,
+        *,
+        parent: Session | None = None,
+        profile: Profile | None = None,
+        call_id: str | None = None,
+        source: str | dict[str, Any] = "exec",
+    ) -> None:
+        self.session_id = new_session_id()
+        self.engine = engine
+        self.config = config
+        self.parent = parent
+        self.root: Session = parent.root if parent is not None else self
+        self.depth: int = parent.depth + 1 if parent is not None else 0
+        self.profile = profile
+        self.call_id = call_id
+        self.source = source
+        self.model = config.model or engine.model
+        self.instructions = config.instructions or ""
+        self.cwd = config.cwd or engine.cwd
+        self.max_turns = profile.max_turns if profile is not None else config.max_turns
+        self.history: list[Item] = []
+        self.usage = TokenUsage()
+        self.started_at = time.time()
+        self.recorder = RolloutRecorder(
+            engine.writer, rollout_path(engine.home, self.session_id, self.started_at)
+        )
+        self.subsessions = SubsessionManager(self)
+        self._tools = {t.name: t for t in config.tools}
+        self._busy = False
+        self.wrote_meta = False
+
+    def __repr__(self) -> str:
+        kind = f"child of {self.parent.session_id} depth={self.depth}" if self.parent else "top"
+        return f"<Session {self.session_id} {kind} model={self.model!r}>"
+
+    @property
+    def agent_name(self) -> str | None:
+        return self.profile.name if self.profile is not None else None
+
+    def allows(self, tool_name: str) -> bool:
+        """Whether this session's profile allowlist admits a tool (None admits all)."""
+        allowed = self.profile.tools if self.profile is not None else None
+        return allowed is None or tool_name in allowed
+
+    @property
+    def offers_subsession_tools(self) -> bool:
+        """Below the depth limit, and only those sub-session tools the allowlist admits."""
+        return self.depth < self.root.config.max_depth
+
+    def tool_specs(self) -> tuple[dict[str, Any], ...]:
+        specs = tuple(t.spec() for t in self._tools.values())
+        if self.offers_subsession_tools:
+            specs += tuple(
+                s for s in self.root.subsessions.tree_tool_specs() if self.allows(s["name"])
+            )
+        return specs
+
+    async def send_and_wait(self, prompt: str) -> str | None:
+        """Run one task to TaskComplete and return the last assistant message."""
+        return await self.engine.run_owned(self.run_task(prompt))
+
+    async def run_task(self, prompt: str) -> str | None:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InvalidArguments("send_and_wait", "prompt must be a non-empty string")
+        if self._busy:
+            raise SessionBusy(self.session_id)
+        self._busy = True
+        try:
+            return await self._run_task(prompt)
+        finally:
+            self._busy = False
+
+    def write_meta(self) -> None:
+        if self.wrote_meta:
+            return
+        self.wrote_meta = True
+        payload: dict[str, Any] = {
+            "id": self.session_id,
+            "timestamp": self.recorder_timestamp(),
+            "cwd": self.cwd,
+            "originator": "subsessions",
+            "cli_version": __version__,
+            "source": self.source,
+            "model": self.model,
+            "model_provider": self.engine.model_provider,
+            "instructions": self.instructions,
+        }
+        if self.profile is not None:
+            payload["session_type"] = self.profile.name
+        self.recorder.record("session_meta", payload)
+
+    def recorder_timestamp(self) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(self.started_at)) + "Z"
+
+    async def _run_task(self, prompt: str) -> str | None:
+        self.write_meta()
+        record = self.recorder
+        record.record(
+            "turn_context",
+            {
+                "cwd": self.cwd,
+                "approval_policy": "never" if self.parent is not None else "on-request",
+                "model": self.model,
+            },
+        )
+        record.event({"type": "task_started"})
+        message = user_message(prompt)
+        self.history.append(message)
+        record.record("response_item", message)
+        record.event({"type": "user_message", "message": prompt})
+        try:
+            answer = await self._turns()
+        except asyncio.CancelledError:
+            try:
+                await self.subsessions.abort_all_children()
+            finally:
+                record.event({"type": "turn_aborted", "reason": "cancelled"})
+            raise
+        except Exception as exc:
+            await self._end_own_children()
+            record.event({"type": "error", "message": error_text(exc)})
+            raise
+        await self._end_own_children()
+        record.event({"type": "task_complete", "last_agent_message": answer})
+        return answer
+
+    async def _end_own_children(self) -> None:
+        """A child's children cannot outlive it: nobody could wait for them."""
+        if self.parent is not None:
+            await self.subsessions.abort_all_children()
+
+    async def _turns(self) -> str | None:
+        client = self.engine.model_client
+        for _ in range(self.max_turns):
+            self.recorder.flush()  # the transcript is on disk before we wait on the model
+            request = ModelRequest(
+                session_id=self.session_id,
+                model=self.model,
+                instructions=self.instructions,
+                items=tuple(self.history),
+                tools=self.tool_specs(),
+            )
+            response = await client.respond(request)
+            self._count(response.usage)
+            answer: str | None = None
+            calls: list[Item] = []
+            for item in response.output:
+                self.history.append(item)
+                self.recorder.record("response_item", item)
+                if is_assistant_message(item):
+                    answer = message_text(item)
+                    self.recorder.event({"type": "agent_message", "message": answer})
+                elif item.get("type") == "function_call":
+                    calls.append(item)
+            if not calls:
+                return answer
+            if len(calls) == 1:
+                outputs = [await self._call_tool(calls[0])]
+            else:
+                outputs = await asyncio.gather(*(self._call_tool(c) for c in calls))
+            for output in outputs:
+                self.history.append(output)
+                self.recorder.record("response_item", output)
+        raise MaxTurnsExceeded(self.max_turns)
+
+    def _count(self, usage: TokenUsage) -> None:
+        self.usage = TokenUsage(
+            input_tokens=self.usage.input_tokens + usage.input_tokens,
+            output_tokens=self.usage.output_tokens + usage.output_tokens,
+        )
+        self.recorder.event(
+            {
+                "type": "token_count",
+                "info": {
+                    "last_token_usage": usage.as_dict(),
+                    "total_token_usage": self.usage.as_dict(),
+                },
+            }
+        )
+
+    async def _call_tool(self, call: Item) -> Item:
+        """Run one function call; every failure becomes a failed output, never an exception."""
+        call_id = str(call.get("call_id", ""))
+        name = str(call.get("name", ""))
+        try:
+            output = await self._dispatch(name, str(call.get("arguments", "")), call_id)
+        except Exception as exc:
+            return function_call_output(call_id, error_text(exc), False)
+        return function_call_output(call_id, output, True)
+
+    async def _dispatch(self, name: str, arguments: str, call_id: str) -> str:
+        if name in subsession_tools.NAMES and self.allows(name):
+            return await subsession_tools.call(self, name, arguments, call_id)
+        tool = self._tools.get(name)
+        if tool is None or tool.handler is None:
+            raise LookupError(f"Tool '{name}' is not supported by this client instance.")
+        return await _run_handler(tool, parse_arguments(name, arguments), self._invocation(
+            call_id, name
+        ))
+
+    def _invocation(self, call_id: str, name: str) -> Invocation:
+        return Invocation(
+            session_id=self.session_id,
+            tool_call_id=call_id,
+            tool_name=name,
+            agent_name=self.agent_name,
+        )
+
+    def child_config(self, profile: Profile) -> SessionConfig:
+        """A child's config: the profile's instructions and model, our tools filtered, our cwd."""
+        model = self.model if profile.model == "inherit" else profile.model
+        return SessionConfig(
+            model=model,
+            instructions=profile.developer_instructions,
+            tools=filter_tools(self._tools.values(), profile.tools),
+            cwd=self.cwd,
+            max_depth=self.config.max_depth,
+            max_children=self.config.max_children,
+            max_turns=profile.max_turns,
+        )
+
+
+async def _run_handler(tool: Tool, arguments: dict[str, Any], invocation: Invocation) -> str:
+    assert tool.handler is not None
+    result = tool.handler(arguments, invocation)
+    if inspect.isawaitable(result):
+        result = await result
+    if isinstance(result, str):
+        return result
+    try:
+        return orjson.dumps(result).decode()
+    except TypeError as exc:
+        raise TypeError(f"tool {tool.name} returned a value that is not JSON: {exc}") from None
