@@ -63,14 +63,22 @@ def _non_negative(name: str) -> Callable[[Any, Any, int], None]:
     return check
 
 
+def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
+    return tuple(value)
+
+
+def _agents(value: Iterable[Profile]) -> tuple[Profile, ...]:
+    return tuple(value)
+
+
 @frozen
 class SessionConfig:
     """A top-level session's configuration; children's are derived from it and a profile."""
 
     model: str | None = None
     instructions: str | None = None
-    tools: tuple[Tool, ...] = field(default=(), converter=tuple)
-    custom_agents: tuple[Profile, ...] = field(default=(), converter=tuple)
+    tools: tuple[Tool, ...] = field(default=(), converter=_tools)
+    custom_agents: tuple[Profile, ...] = field(default=(), converter=_agents)
     permission_handler: Callable[..., Any] | None = None
     hooks: Hooks | None = None
     user_input_handler: Callable[..., Any] | None = None

@@ -38,7 +38,12 @@ def function_call(name: str, arguments: str, call_id: str) -> Item:
 
 
 def function_call_output(call_id: str, output: str, success: bool) -> Item:
-    return {"type": "function_call_output", "call_id": call_id, "output": output, "success": success}
+    return {
+        "type": "function_call_output",
+        "call_id": call_id,
+        "output": output,
+        "success": success,
+    }
 
 
 def message_text(item: Item) -> str | None:

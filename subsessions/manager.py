@@ -190,7 +190,9 @@ class SubsessionManager:
         task.add_done_callback(partial(self._on_task_done, record))
         return child.session_id
 
-    def _child_config(self, profile: str | Profile | SessionConfig) -> tuple[Profile, SessionConfig]:
+    def _child_config(
+        self, profile: str | Profile | SessionConfig
+    ) -> tuple[Profile, SessionConfig]:
         if isinstance(profile, SessionConfig):
             label = Profile(name="custom", developer_instructions=profile.instructions or "",
                             max_turns=profile.max_turns)

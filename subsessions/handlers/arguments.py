@@ -61,7 +61,8 @@ def _problem(schema: dict[str, Any], value: Any, where: str) -> str | None:
     label = where or "arguments"
     wanted = schema.get("type")
     if isinstance(wanted, str) and not _has_type(value, wanted):
-        return f"{label} must be {'an' if wanted[0] in 'aeiou' else 'a'} {wanted}, not {_kind(value)}"
+        article = "an" if wanted[0] in "aeiou" else "a"
+        return f"{label} must be {article} {wanted}, not {_kind(value)}"
     if "enum" in schema and value not in schema["enum"]:
         return f"{label} must be one of: {', '.join(map(str, schema['enum']))}"
     if isinstance(value, str) and len(value) < schema.get("minLength", 0):

@@ -79,11 +79,12 @@ def tool_specs(profiles: Mapping[str, Profile]) -> tuple[dict[str, Any], ...]:
         "its id at once; collect its answer later with wait_session. Profiles:\n" + listing,
         "parameters": create_schema(list(profiles)),
     }
-    return (create,) + tuple(
+    others = (
         {"type": "function", "name": name, "description": _DESCRIPTIONS[name],
          "parameters": SCHEMAS[name]}
         for name in ("wait_session", "cancel_session")
     )
+    return (create, *others)
 
 
 def to_chat_tool(spec: Mapping[str, Any]) -> dict[str, Any]:

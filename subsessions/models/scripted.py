@@ -68,7 +68,9 @@ class ScriptedModel:
     async def _script_response(self, request: ModelRequest) -> ScriptResponse:
         if self._function is None:
             if self._next >= len(self._responses):
-                raise ModelError(f"scripted model has no response left for request {self._next + 1}")
+                raise ModelError(
+                    f"scripted model has no response left for request {self._next + 1}"
+                )
             self._next += 1
             return self._responses[self._next - 1]
         result = self._function(request)

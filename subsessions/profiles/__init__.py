@@ -24,6 +24,10 @@ def _as_tuple(value: Iterable[str] | None) -> tuple[str, ...] | None:
     return None if value is None else tuple(value)
 
 
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 @frozen
 class Profile:
     """A preset: what a child is told, which model it runs, which tools it gets.
@@ -36,7 +40,7 @@ class Profile:
     description: str = ""
     developer_instructions: str = ""
     model: str = "inherit"
-    fallback_models: tuple[str, ...] = field(default=(), converter=tuple)
+    fallback_models: tuple[str, ...] = field(default=(), converter=_strings)
     tools: tuple[str, ...] | None = field(default=None, converter=_as_tuple)
     max_turns: int = 24
     persona: str | None = None

@@ -11,6 +11,7 @@ and a durable flush resolves once the bytes are in the file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -29,7 +30,7 @@ _LINE = orjson.OPT_APPEND_NEWLINE
 class _Clock:
     """UTC timestamps with millisecond precision; the seconds part is cached."""
 
-    __slots__ = ("_second", "_prefix")
+    __slots__ = ("_prefix", "_second")
 
     def __init__(self) -> None:
         self._second = -1
@@ -111,10 +112,8 @@ class RolloutWriter:
 
     def _call(self, callback: Any, *args: Any) -> None:
         assert self._loop is not None
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is gone; nobody is left to tell
             self._loop.call_soon_threadsafe(callback, *args)
-        except RuntimeError:  # the loop is gone; nobody is left to tell
-            pass
 
     def _append(self, path: str, data: bytes) -> None:
         try:

@@ -1,0 +1,3 @@
+from subsessions.cli import main
+
+raise SystemExit(main())
