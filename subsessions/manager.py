@@ -118,6 +118,7 @@ class SubsessionManager:
         self._running_in_tree = 0  # kept on the root's manager only
         self._profiles: dict[str, Profile] | None = None  # root only, built on first use
         self._specs: tuple[dict[str, Any], ...] | None = None  # root only
+        self._child_configs: dict[str | Profile, tuple[Profile, SessionConfig]] = {}
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
@@ -160,7 +161,13 @@ class SubsessionManager:
         engine.check_open()
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidArguments("spawn_child", "prompt must be a non-empty string")
-        chosen, config = self._child_config(profile)
+        reusable = not isinstance(profile, SessionConfig)  # a SessionConfig is not hashable
+        derived = self._child_configs.get(profile) if reusable else None
+        if derived is None:
+            derived = self._child_config(profile)
+            if reusable:
+                self._child_configs[profile] = derived  # same profile, same parent: same config
+        chosen, config = derived
         root = parent.root
         if parent.depth >= root.config.max_depth:
             raise DepthLimitReached(root.config.max_depth)

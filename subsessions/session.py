@@ -71,6 +71,7 @@ class Session:
         self.subsessions = SubsessionManager(self)
         self._tools = {t.name: t for t in config.tools}
         self._busy = False
+        self._specs: tuple[dict[str, Any], ...] | None = None
         self.wrote_meta = False
 
     def __repr__(self) -> str:
@@ -92,12 +93,15 @@ class Session:
         return self.depth < self.root.config.max_depth
 
     def tool_specs(self) -> tuple[dict[str, Any], ...]:
-        specs = tuple(t.spec() for t in self._tools.values())
-        if self.offers_subsession_tools:
-            specs += tuple(
-                s for s in self.root.subsessions.tree_tool_specs() if self.allows(s["name"])
-            )
-        return specs
+        """What the model is offered; fixed for the session's life, so built once."""
+        if self._specs is None:
+            specs = tuple(t.spec() for t in self._tools.values())
+            if self.offers_subsession_tools:
+                specs += tuple(
+                    s for s in self.root.subsessions.tree_tool_specs() if self.allows(s["name"])
+                )
+            self._specs = specs
+        return self._specs
 
     async def send_and_wait(self, prompt: str) -> str | None:
         """Run one task to TaskComplete and return the last assistant message."""

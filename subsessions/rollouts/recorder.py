@@ -28,21 +28,22 @@ _LINE = orjson.OPT_APPEND_NEWLINE
 
 
 class _Clock:
-    """UTC timestamps with millisecond precision; the seconds part is cached."""
+    """UTC timestamps with millisecond precision, formatted once a millisecond."""
 
-    __slots__ = ("_prefix", "_second")
+    __slots__ = ("_milli", "_stamp")
 
     def __init__(self) -> None:
-        self._second = -1
-        self._prefix = ""
+        self._milli = -1
+        self._stamp = ""
 
     def now(self) -> str:
-        t = time.time()
-        second = int(t)
-        if second != self._second:
-            self._second = second
-            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return f"{self._prefix}.{int((t - second) * 1000):03d}Z"
+        milli = int(time.time() * 1000)
+        if milli != self._milli:
+            second, rest = divmod(milli, 1000)
+            prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._milli = milli
+            self._stamp = f"{prefix}.{rest:03d}Z"
+        return self._stamp
 
 
 clock = _Clock()
@@ -148,29 +149,42 @@ def _set_done(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+_path_stamps: dict[int, tuple[str, str]] = {}
+
+
 def rollout_path(home: Path, session_id: str, started: float) -> str:
-    local = time.localtime(started)
-    day = time.strftime("%Y/%m/%d", local)
-    stamp = time.strftime("%Y-%m-%dT%H-%M-%S", local)
-    return str(home / "sessions" / day / f"rollout-{stamp}-{session_id}.jsonl")
+    """`home/sessions/YYYY/MM/DD/rollout-YYYY-MM-DDThh-mm-ss-<id>.jsonl` in local time."""
+    second = int(started)
+    stamps = _path_stamps.get(second)
+    if stamps is None:  # one strftime pair a second, not one a session
+        local = time.localtime(second)
+        stamps = (time.strftime("%Y/%m/%d", local), time.strftime("%Y-%m-%dT%H-%M-%S", local))
+        _path_stamps.clear()
+        _path_stamps[second] = stamps
+    name = f"rollout-{stamps[1]}-{session_id}.jsonl"
+    return os.path.join(home, "sessions", stamps[0], name)
 
 
 class RolloutRecorder:
-    """One session's rollout: buffered lines in the envelope of DESIGN 3.5."""
+    """One session's rollout: buffered lines in the envelope of DESIGN 3.5.
+
+    The buffer is one bytearray: orjson's output objects carry kilobytes of spare
+    capacity, so holding them until a flush would cost far more than the lines.
+    """
 
     __slots__ = ("_buffer", "_writer", "path")
 
     def __init__(self, writer: RolloutWriter, path: str) -> None:
         self._writer = writer
-        self._buffer: list[bytes] = []
+        self._buffer = bytearray()
         self.path = path
 
     def __repr__(self) -> str:
-        return f"<RolloutRecorder {self.path} buffered={len(self._buffer)}>"
+        return f"<RolloutRecorder {self.path} buffered={len(self._buffer)}B>"
 
     def record(self, kind: str, payload: dict[str, Any]) -> None:
-        self._buffer.append(
-            orjson.dumps({"timestamp": clock.now(), "type": kind, "payload": payload}, option=_LINE)
+        self._buffer += orjson.dumps(
+            {"timestamp": clock.now(), "type": kind, "payload": payload}, option=_LINE
         )
 
     def event(self, payload: dict[str, Any]) -> None:
@@ -179,12 +193,12 @@ class RolloutRecorder:
     def flush(self) -> None:
         """Hand what is buffered to the writer without waiting for it."""
         if self._buffer:
-            self._writer.submit(self.path, b"".join(self._buffer), None)
+            self._writer.submit(self.path, bytes(self._buffer), None)
             self._buffer.clear()
 
     def flush_durable(self) -> asyncio.Future[None]:
         """Hand what is buffered to the writer; the future resolves once it is in the file."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._writer.submit(self.path, b"".join(self._buffer), waiter)
+        self._writer.submit(self.path, bytes(self._buffer), waiter)
         self._buffer.clear()
         return waiter
