@@ -161,13 +161,13 @@ class SubsessionManager:
         engine.check_open()
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidArguments("spawn_child", "prompt must be a non-empty string")
-        reusable = not isinstance(profile, SessionConfig)  # a SessionConfig is not hashable
-        derived = self._child_configs.get(profile) if reusable else None
-        if derived is None:
-            derived = self._child_config(profile)
-            if reusable:
-                self._child_configs[profile] = derived  # same profile, same parent: same config
-        chosen, config = derived
+        if isinstance(profile, SessionConfig):  # not hashable, and used as given
+            chosen, config = self._child_config(profile)
+        else:  # same profile, same parent: same derived config
+            derived = self._child_configs.get(profile)
+            if derived is None:
+                derived = self._child_configs[profile] = self._child_config(profile)
+            chosen, config = derived
         root = parent.root
         if parent.depth >= root.config.max_depth:
             raise DepthLimitReached(root.config.max_depth)
