@@ -84,7 +84,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         if args.home is not None:
             return asyncio.run(run_demo(args.home, out))
         with tempfile.TemporaryDirectory(prefix="subsessions-demo-") as scratch:
-            return asyncio.run(run_demo(Path(scratch), out))
+            code = asyncio.run(run_demo(Path(scratch), out))
+        out.write("(a temporary home, removed now; pass --home DIR to keep the rollouts)\n")
+        return code
     home: Path = args.home or default_home()
     if args.command == "profiles":
         return _profiles(args, home, out)

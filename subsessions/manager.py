@@ -161,7 +161,7 @@ class SubsessionManager:
         engine.check_open()
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidArguments("spawn_child", "prompt must be a non-empty string")
-        if isinstance(profile, SessionConfig):  # not hashable, and used as given
+        if not isinstance(profile, str | Profile):  # a SessionConfig (used as given) or junk
             chosen, config = self._child_config(profile)
         else:  # same profile, same parent: same derived config
             derived = self._child_configs.get(profile)

@@ -11,7 +11,7 @@ import orjson
 
 from subsessions._version import __version__
 from subsessions.config import Invocation, SessionConfig, Tool, filter_tools
-from subsessions.errors import InvalidArguments, MaxTurnsExceeded, SessionBusy
+from subsessions.errors import InvalidArguments, MaxTurnsExceeded, ModelError, SessionBusy
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.handlers.arguments import parse_arguments
 from subsessions.ids import new_session_id
@@ -193,6 +193,8 @@ class Session:
             answer: str | None = None
             calls: list[Item] = []
             for item in response.output:
+                if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+                    raise ModelError(f"model returned a malformed output item: {item!r:.200}")
                 self.history.append(item)
                 self.recorder.record("response_item", item)
                 if is_assistant_message(item):
