@@ -7,7 +7,7 @@ import re
 from uuid6 import uuid7
 
 _CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_PATHLIKE = re.compile(r"[/\\\x00-\x1f]|\.\.")
+_PATHLIKE = re.compile(r"[/\\\x00-\x1f\x7f-\x9f]|\.\.")
 MAX_ID_LENGTH = 128
 
 

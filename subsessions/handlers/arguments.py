@@ -66,7 +66,9 @@ def _problem(schema: dict[str, Any], value: Any, where: str) -> str | None:
     if "enum" in schema and value not in schema["enum"]:
         return f"{label} must be one of: {', '.join(map(str, schema['enum']))}"
     if isinstance(value, str) and len(value) < schema.get("minLength", 0):
-        return f"{label} must not be empty"
+        if schema["minLength"] == 1:
+            return f"{label} must not be empty"
+        return f"{label} must be at least {schema['minLength']} characters"
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         for index, element in enumerate(value):
             problem = _problem(schema["items"], element, f"{label}[{index}]")

@@ -15,7 +15,7 @@ from subsessions.items import Item, assistant_message, function_call
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 
 ScriptItem: TypeAlias = str | dict[str, Any]
-ScriptResponse: TypeAlias = Sequence[ScriptItem] | str | BaseException
+ScriptResponse: TypeAlias = Sequence[ScriptItem] | ScriptItem | BaseException
 ScriptFunction: TypeAlias = Callable[
     [ModelRequest], ScriptResponse | Awaitable[ScriptResponse]
 ]
@@ -62,7 +62,13 @@ class ScriptedModel:
         raw = await self._script_response(request)
         if isinstance(raw, BaseException):
             raise raw
-        output = tuple(self._normalise(item) for item in ([raw] if isinstance(raw, str) else raw))
+        if isinstance(raw, str | dict):  # one item given without its list
+            raw = [raw]
+        if not isinstance(raw, list | tuple):
+            raise ModelError(
+                f"scripted response must be a list of items, a str or an exception: {raw!r:.200}"
+            )
+        output = tuple(self._normalise(item) for item in raw)
         return ModelResponse(output=output, usage=_estimate_usage(request, output))
 
     async def _script_response(self, request: ModelRequest) -> ScriptResponse:

@@ -20,12 +20,14 @@ from subsessions.errors import ProfileError
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
 
-def _as_tuple(value: Iterable[str] | None) -> tuple[str, ...] | None:
-    return None if value is None else tuple(value)
-
-
 def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"expected a list of strings, not {value!r:.80}")
     return tuple(value)
+
+
+def _as_tuple(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else _strings(value)
 
 
 @frozen

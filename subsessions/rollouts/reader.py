@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from attrs import frozen
 
-from subsessions.errors import RolloutError, UnknownSession
+from subsessions.errors import RolloutError, UnknownSession, echo
 from subsessions.ids import id_problem
 
 RECORD_TYPES = frozenset({"session_meta", "turn_context", "response_item", "event_msg"})
@@ -146,7 +146,7 @@ def find_rollout(home: str | os.PathLike[str], id_or_prefix: str) -> Path:
     """The rollout whose session id is or starts with `id_or_prefix`."""
     problem = id_problem(id_or_prefix)
     if problem is not None or not id_or_prefix:
-        raise UnknownSession(id_or_prefix, f"not a session id: {id_or_prefix!r}")
+        raise UnknownSession(id_or_prefix, f"not a session id: {echo(id_or_prefix)!r}")
     matches = [p for p in rollout_files(home) if p.name[-42:-6].startswith(id_or_prefix)]
     if not matches:
         raise UnknownSession(id_or_prefix)
