@@ -67,10 +67,10 @@ async def test_files_are_0600_and_directories_0700(home: Path) -> None:
         recorder = RolloutRecorder(writer, str(path))
         recorder.record("session_meta", {"id": SID})
         await recorder.flush_durable()
-        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
         day = path.parent
         for folder in (day, day.parent, day.parent.parent, home / "sessions"):
-            assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+            assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700, folder
     finally:
         await writer.aclose()
 

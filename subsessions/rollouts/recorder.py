@@ -62,7 +62,7 @@ class RolloutWriter:
         self._stopped: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._made_dirs: set[str] = set()
-        self._failed: dict[str, str] = {}
+        self._failed: dict[str, str] = {}  # lost writes, reported at the next durable flush
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping else "running" if self._thread else "idle"
@@ -105,7 +105,9 @@ class RolloutWriter:
             for path, chunks in batch.items():
                 self._append(path, b"".join(chunks))
             if waiters:
-                self._call(_resolve, waiters, dict(self._failed))
+                reported = {path: self._failed.pop(path) for _, path in waiters
+                            if path in self._failed}
+                self._call(_resolve, waiters, reported)
             stopped = self._stopped
             if stopped is not None and not self._queue:
                 self._call(_set_done, stopped)
@@ -120,7 +122,7 @@ class RolloutWriter:
         try:
             folder = os.path.dirname(path)
             if folder not in self._made_dirs:
-                os.makedirs(folder, mode=0o700, exist_ok=True)
+                _make_private_dirs(folder)
                 self._made_dirs.add(folder)
             fd = os.open(path, _APPEND, 0o600)
             try:
@@ -131,6 +133,23 @@ class RolloutWriter:
                 os.close(fd)
         except OSError as exc:
             self._failed[path] = f"cannot write rollout: {exc.strerror or exc}"
+
+
+def _make_private_dirs(folder: str) -> None:
+    """Like `os.makedirs`, but every folder it creates is 0700, not only the last one."""
+    missing: list[str] = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
 
 
 def _resolve(waiters: list[_Waiter], failed: dict[str, str]) -> None:
