@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from subsessions.engine import Engine
 
 
+_CANCELLED: dict[str, Any] = {"type": "turn_aborted", "reason": "cancelled"}
+
+
 def error_text(exc: BaseException) -> str:
     text = str(exc)
     return text if text else type(exc).__name__
@@ -156,26 +159,30 @@ class Session:
         self.history.append(message)
         record.record("response_item", message)
         record.event({"type": "user_message", "message": prompt})
+        # Exactly one terminal record, on every path: children are ended first (a
+        # cancelled task's children, and any child's children, since nobody could
+        # wait for them any more), and a cancel landing meanwhile makes it an abort.
+        terminal: dict[str, Any] = {"type": "turn_aborted", "reason": "interrupted"}
+        answer: str | None = None
         try:
             answer = await self._turns()
+            terminal = {"type": "task_complete", "last_agent_message": answer}
         except asyncio.CancelledError:
-            try:
-                await self.subsessions.abort_all_children()
-            finally:
-                record.event({"type": "turn_aborted", "reason": "cancelled"})
+            terminal = _CANCELLED
             raise
         except Exception as exc:
-            await self._end_own_children()
-            record.event({"type": "error", "message": error_text(exc)})
+            terminal = {"type": "error", "message": error_text(exc)}
             raise
-        await self._end_own_children()
-        record.event({"type": "task_complete", "last_agent_message": answer})
+        finally:
+            try:
+                if terminal is _CANCELLED or self.parent is not None:
+                    await self.subsessions.abort_all_children()
+            except asyncio.CancelledError:
+                terminal = _CANCELLED
+                raise
+            finally:
+                record.event(terminal)
         return answer
-
-    async def _end_own_children(self) -> None:
-        """A child's children cannot outlive it: nobody could wait for them."""
-        if self.parent is not None:
-            await self.subsessions.abort_all_children()
 
     async def _turns(self) -> str | None:
         client = self.engine.model_client
