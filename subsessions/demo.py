@@ -22,7 +22,8 @@ from subsessions.engine import Engine
 from subsessions.models.base import ModelRequest
 from subsessions.models.scripted import ScriptedModel, ScriptResponse
 from subsessions.profiles import load_profiles
-from subsessions.rollouts.reader import RolloutNode, rollout_tree
+from subsessions.rollouts.cli import print_tree
+from subsessions.rollouts.reader import rollout_tree
 
 PARENT_INSTRUCTIONS = "You coordinate sub-sessions to answer the user. (subsessions demo)"
 
@@ -128,34 +129,6 @@ def build_script(engine_profiles: dict[str, str]) -> Callable[[ModelRequest], An
         return ["unreachable: cancelled before this"]
 
     return script
-
-
-def _duration(node: RolloutNode) -> str:
-    records = node.rollout.records
-    if len(records) < 2:
-        return "-"
-    start = records[0]["timestamp"]
-    end = records[-1]["timestamp"]
-    seconds = _seconds(end) - _seconds(start)
-    return f"{seconds:.2f}s"
-
-
-def _seconds(stamp: str) -> float:
-    clock = stamp[11:-1]
-    hours, minutes, seconds = clock.split(":")
-    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
-
-
-def print_tree(nodes: list[RolloutNode], out: TextIO, prefix: str = "", top: bool = True) -> None:
-    for index, node in enumerate(nodes):
-        last = index == len(nodes) - 1
-        branch = "" if top else "└── " if last else "├── "
-        rollout = node.rollout
-        kind = rollout.meta.get("session_type") or rollout.source_kind
-        out.write(f"{prefix}{branch}{rollout.session_id}  {kind:<13} {rollout.status:<10} "
-                  f"{_duration(node)}\n")
-        child_prefix = prefix if top else prefix + ("    " if last else "│   ")
-        print_tree(list(node.children), out, child_prefix, top=False)
 
 
 async def run_demo(home: Path, out: TextIO) -> int:
