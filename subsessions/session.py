@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from subsessions.engine import Engine
 
 
+_PID = os.getpid()
 _CANCELLED: dict[str, Any] = {"type": "turn_aborted", "reason": "cancelled"}
 
 
@@ -135,6 +137,7 @@ class Session:
             "model": self.model,
             "model_provider": self.engine.model_provider,
             "instructions": self.instructions,
+            "pid": _PID,  # lets a reader tell a running session from an interrupted one
         }
         if self.profile is not None:
             payload["session_type"] = self.profile.name
