@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from subsessions.config import SessionConfig
 from subsessions.demo import run_demo
-from subsessions.engine import default_home
-from subsessions.errors import SubsessionError
+from subsessions.engine import Engine, default_home
+from subsessions.errors import ConfigError, SubsessionError
 from subsessions.profiles import load_profiles
 from subsessions.rollouts.cli import add_rollout_commands, run_rollouts
+from subsessions.settings import Settings, build_model_client, load_settings, with_overrides
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,6 +26,18 @@ def _parser() -> argparse.ArgumentParser:
         "--home", type=Path, default=None,
         help="state directory (default: $SUBSESSIONS_HOME, else ~/.subsessions)",
     )
+    model_options = argparse.ArgumentParser(add_help=False)
+    model_options.add_argument("--model", help="model id (config: model)")
+    model_options.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. "
+                               "http://127.0.0.1:11434/v1")
+    model_options.add_argument("--wire-api", choices=("responses", "chat"),
+                               help="Responses API or Chat Completions")
+    model_options.add_argument("--api-key-env", metavar="NAME",
+                               help="variable holding the API key (default OPENAI_API_KEY; "
+                               "not needed for a loopback URL)")
+    model_options.add_argument("--max-depth", type=int, help="how deep sub-sessions may nest")
+    model_options.add_argument("--max-children", type=int,
+                               help="sub-sessions running at once in the tree")
     parser = argparse.ArgumentParser(
         prog="subsessions",
         description="Spawn, drive, wait for, cancel and inspect LLM sub-sessions.",
@@ -35,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Runs the main job offline on a scripted model, in a temporary home "
         "unless --home is given.",
     )
+    run = commands.add_parser(
+        "run", parents=[common, model_options],
+        help="run a session with the sub-session tools on the configured model",
+        description="Runs PROMPT to completion on the configured model; prints the final "
+        "message. Ctrl-C cancels the session and every sub-session (exit 130).",
+    )
+    run.add_argument("prompt")
 
     profiles = commands.add_parser("profiles", help="the loaded profiles")
     profile_commands = profiles.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -66,9 +87,38 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         out.write("(a temporary home, removed now; pass --home DIR to keep the rollouts)\n")
         return code
     home: Path = args.home or default_home()
+    if args.command == "run":
+        return _run_prompt(args, home, out)
     if args.command == "profiles":
         return _profiles(args, home, out)
     return run_rollouts(args, home, out)
+
+
+def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
+    for flag in ("max_depth", "max_children"):
+        value = getattr(args, flag)
+        if value is not None and value < 0:
+            raise ConfigError("command line", f"--{flag.replace('_', '-')}", "must be >= 0")
+    settings = with_overrides(
+        load_settings(home), model=args.model, base_url=args.base_url, wire_api=args.wire_api,
+        api_key_env=args.api_key_env, max_depth=args.max_depth, max_children=args.max_children,
+    )
+    answer = asyncio.run(_run_session(home, settings, args.prompt))
+    out.write(f"{answer or ''}\n")
+    return 0
+
+
+async def _run_session(home: Path, settings: Settings, prompt: str) -> str | None:
+    client = build_model_client(settings)
+    try:
+        async with Engine(home, model_client=client, model=settings.model,
+                          model_provider=settings.model_provider) as engine:
+            config = SessionConfig(max_depth=settings.max_depth,
+                                   max_children=settings.max_children)
+            session = await engine.create_session(config, source="cli")
+            return await session.send_and_wait(prompt)
+    finally:
+        await client.aclose()
 
 
 def _profiles(args: argparse.Namespace, home: Path, out: TextIO) -> int:

@@ -15,6 +15,8 @@
     ├── MaxTurnsExceeded          a task looped past its profile's max_turns
     ├── ModelError                the model client failed (scripted or real)
     ├── ProfileError              a profile file is malformed
+    ├── ConfigError               config.toml or a flag is malformed
+    │   └── MissingApiKey         the provider's key variable is not set
     └── RolloutError              a rollout file cannot be written or read
 
 Messages are built from the fields, so the texts of DESIGN 3.1 live here only.
@@ -125,6 +127,23 @@ class ProfileError(SubsessionError):
         self.source = source
         self.problem = problem
         super().__init__(f"{source}: {problem}")
+
+
+class ConfigError(SubsessionError):
+    def __init__(self, source: str, key: str, problem: str, message: str | None = None) -> None:
+        self.source = source
+        self.key = key
+        self.problem = problem
+        where = source if key == "-" else f"{source}: {key}"
+        super().__init__(message or f"{where}: {problem}")
+
+
+class MissingApiKey(ConfigError):
+    def __init__(self, env_key: str, provider: str, base_url: str) -> None:
+        super().__init__(
+            "environment", env_key, "not set",
+            f"set {env_key} to your API key for provider {provider} ({base_url})",
+        )
 
 
 class RolloutError(SubsessionError):

@@ -77,6 +77,7 @@ class Session:
         self._tools = {t.name: t for t in config.tools}
         self._busy = False
         self._specs: tuple[dict[str, Any], ...] | None = None
+        self.answered_by: set[str] = set()  # models other than `model` that answered
         self.wrote_meta = False
 
     def __repr__(self) -> str:
@@ -197,8 +198,17 @@ class Session:
                 instructions=self.instructions,
                 items=tuple(self.history),
                 tools=self.tool_specs(),
+                fallback_models=self.profile.fallback_models if self.profile else (),
             )
             response = await client.respond(request)
+            if response.model and response.model != self.model and response.model not in (
+                self.answered_by
+            ):
+                self.answered_by.add(response.model)
+                self.recorder.event({
+                    "type": "background_event",
+                    "message": f"model {self.model} did not answer; {response.model} answered",
+                })
             self._count(response.usage)
             answer: str | None = None
             calls: list[Item] = []

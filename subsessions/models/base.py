@@ -38,6 +38,7 @@ class ModelRequest:
     instructions: str
     items: tuple[Item, ...]
     tools: tuple[dict[str, Any], ...] = ()
+    fallback_models: tuple[str, ...] = ()  # tried in order when `model` is unavailable
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -48,7 +49,7 @@ class ModelRequest:
 class ModelResponse:
     output: tuple[Item, ...]
     usage: TokenUsage = field(factory=TokenUsage)
-    model: str | None = None  # the model that answered, when it differs from the one asked
+    model: str | None = None  # the model id that answered: the one asked, or a fallback
 
 
 @runtime_checkable

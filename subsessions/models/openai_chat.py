@@ -1,0 +1,176 @@
+"""A model client for Chat Completions (`wire_api = "chat"`): vLLM, Ollama, llama.cpp, ...
+
+Streams `POST /chat/completions` and reassembles tool calls whose arguments arrive in
+pieces, keyed by their index; reasoning arrives as `reasoning_content` (vLLM,
+DeepSeek) or `reasoning` (Ollama) deltas and becomes a `reasoning` item.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import uuid4
+
+import openai
+
+from subsessions.handlers.subsessions import to_chat_tool
+from subsessions.items import Item, assistant_message, function_call, message_text
+from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
+from subsessions.models.openai_common import (
+    MalformedStream,
+    Retryable,
+    RetryPolicy,
+    next_or_stall,
+    respond_with_fallback,
+)
+
+_ROLES = {"user": "user", "developer": "system", "system": "system", "assistant": "assistant"}
+
+
+def to_chat_messages(instructions: str, items: tuple[Item, ...]) -> list[dict[str, Any]]:
+    """Our items as chat messages; an assistant's text and calls of one turn share a message."""
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    for item in items:
+        kind = item.get("type")
+        if kind == "message":
+            role = _ROLES.get(str(item.get("role")), "user")
+            messages.append({"role": role, "content": message_text(item) or ""})
+        elif kind == "function_call":
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append(
+                {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
+            )
+    return messages
+
+
+class _Call:
+    __slots__ = ("arguments", "call_id", "name")
+
+    def __init__(self) -> None:
+        self.call_id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
+class OpenAIChatModel:
+    """Streams Chat Completions through one shared `AsyncOpenAI` client."""
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        *,
+        provider: str = "openai",
+        retry: RetryPolicy | None = None,
+        stream_idle_timeout: float = 300.0,
+    ) -> None:
+        self.client = client
+        self.provider = provider
+        self.retry = retry or RetryPolicy()
+        self.stream_idle_timeout = stream_idle_timeout
+
+    def __repr__(self) -> str:
+        return f"<OpenAIChatModel {self.provider} {self.client.base_url}>"
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        return await respond_with_fallback(request, self._respond_as)
+
+    async def _respond_as(self, request: ModelRequest, model: str) -> ModelResponse:
+        async def attempt() -> ModelResponse:
+            return await self._stream_once(request, model)
+
+        return await self.retry.run(attempt, self.provider)
+
+    async def _stream_once(self, request: ModelRequest, model: str) -> ModelResponse:
+        arguments: dict[str, Any] = {
+            "model": model,
+            "messages": to_chat_messages(request.instructions, request.items),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            arguments["tools"] = [to_chat_tool(spec) for spec in request.tools]
+        stream = await self.client.chat.completions.create(**arguments)
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: dict[int, _Call] = {}
+        usage = TokenUsage()
+        finished = False
+        async with stream:
+            iterator = aiter(stream)
+            while True:
+                try:
+                    chunk = await next_or_stall(iterator, self.stream_idle_timeout)
+                except StopAsyncIteration:
+                    break
+                if chunk.usage is not None:
+                    usage = TokenUsage(
+                        input_tokens=chunk.usage.prompt_tokens or 0,
+                        output_tokens=chunk.usage.completion_tokens or 0,
+                    )
+                for choice in chunk.choices or ():
+                    delta = choice.delta
+                    if delta is not None:
+                        _take_delta(delta, text, reasoning, calls)
+                    if choice.finish_reason is not None:
+                        finished = True
+        if not finished:
+            raise Retryable(f"{self.provider} ended the stream before a finish_reason")
+        return ModelResponse(
+            output=_items(text, reasoning, calls), usage=usage, model=model
+        )
+
+
+def _take_delta(
+    delta: Any, text: list[str], reasoning: list[str], calls: dict[int, _Call]
+) -> None:
+    if delta.content:
+        text.append(delta.content)
+    extra = getattr(delta, "model_extra", None) or {}
+    thought = extra.get("reasoning_content") or extra.get("reasoning")
+    if isinstance(thought, str):
+        reasoning.append(thought)
+    for piece in delta.tool_calls or ():
+        index = piece.index if piece.index is not None else len(calls)
+        call = calls.setdefault(index, _Call())
+        if piece.id:
+            call.call_id = piece.id
+        function = piece.function
+        if function is not None:
+            if function.name:
+                call.name += function.name
+            if function.arguments:
+                call.arguments.append(function.arguments)
+
+
+def _items(text: list[str], reasoning: list[str], calls: dict[int, _Call]) -> tuple[Item, ...]:
+    items: list[Item] = []
+    if reasoning:
+        items.append(
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "".join(reasoning)}]}
+        )
+    if text:
+        items.append(assistant_message("".join(text)))
+    for index in sorted(calls):
+        call = calls[index]
+        if not call.name:
+            raise MalformedStream(f"tool call {index} arrived without a function name")
+        items.append(
+            function_call(
+                call.name, "".join(call.arguments) or "{}", call.call_id or f"call_{uuid4().hex}"
+            )
+        )
+    return tuple(items)

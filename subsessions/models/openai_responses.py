@@ -1,0 +1,144 @@
+"""A model client for the OpenAI Responses API (`wire_api = "responses"`), streamed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+
+from subsessions.errors import ModelError
+from subsessions.items import Item, assistant_message, function_call
+from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
+from subsessions.models.openai_common import (
+    MalformedStream,
+    Retryable,
+    RetryPolicy,
+    next_or_stall,
+    respond_with_fallback,
+)
+
+
+def to_responses_input(items: tuple[Item, ...]) -> list[dict[str, Any]]:
+    """Our items as Responses input: drop what the API does not accept back."""
+    converted: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type")
+        if kind == "function_call_output":
+            converted.append(
+                {"type": kind, "call_id": item["call_id"], "output": item["output"]}
+            )
+        elif kind in ("message", "function_call"):
+            converted.append(item)
+        # reasoning items are not sent back: without encrypted content they are not accepted
+    return converted
+
+
+def from_responses_output(raw: dict[str, Any]) -> Item | None:
+    """One Responses output item as ours, or None for kinds we do not use."""
+    kind = raw.get("type")
+    if kind == "message":
+        parts = raw.get("content") or []
+        text = "".join(
+            str(p.get("text") or p.get("refusal") or "") for p in parts if isinstance(p, dict)
+        )
+        return assistant_message(text)
+    if kind == "function_call":
+        name, arguments, call_id = raw.get("name"), raw.get("arguments"), raw.get("call_id")
+        if not isinstance(name, str) or not isinstance(call_id, str):
+            raise MalformedStream(f"function_call without name or call_id: {raw!r:.200}")
+        return function_call(name, arguments if isinstance(arguments, str) else "{}", call_id)
+    if kind == "reasoning":
+        summary = [
+            {"type": "summary_text", "text": str(s.get("text", ""))}
+            for s in raw.get("summary") or []
+            if isinstance(s, dict)
+        ]
+        return {"type": "reasoning", "summary": summary}
+    return None
+
+
+class OpenAIResponsesModel:
+    """Streams `POST /responses` through one shared `AsyncOpenAI` client."""
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        *,
+        provider: str = "openai",
+        retry: RetryPolicy | None = None,
+        stream_idle_timeout: float = 300.0,
+    ) -> None:
+        self.client = client
+        self.provider = provider
+        self.retry = retry or RetryPolicy()
+        self.stream_idle_timeout = stream_idle_timeout
+
+    def __repr__(self) -> str:
+        return f"<OpenAIResponsesModel {self.provider} {self.client.base_url}>"
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        return await respond_with_fallback(request, self._respond_as)
+
+    async def _respond_as(self, request: ModelRequest, model: str) -> ModelResponse:
+        async def attempt() -> ModelResponse:
+            return await self._stream_once(request, model)
+
+        return await self.retry.run(attempt, self.provider)
+
+    async def _stream_once(self, request: ModelRequest, model: str) -> ModelResponse:
+        arguments: dict[str, Any] = {
+            "model": model,
+            "input": to_responses_input(request.items),
+            "stream": True,
+            "store": False,
+        }
+        if request.instructions:
+            arguments["instructions"] = request.instructions
+        if request.tools:
+            arguments["tools"] = list(request.tools)
+            arguments["parallel_tool_calls"] = True
+        stream = await self.client.responses.create(**arguments)
+        items: list[Item] = []
+        usage = TokenUsage()
+        completed = False
+        async with stream:
+            iterator = aiter(stream)
+            while True:
+                try:
+                    event = await next_or_stall(iterator, self.stream_idle_timeout)
+                except StopAsyncIteration:
+                    break
+                kind = getattr(event, "type", None)
+                if kind == "response.output_item.done":
+                    item = from_responses_output(event.item.model_dump(mode="json"))
+                    if item is not None:
+                        items.append(item)
+                elif kind in ("response.completed", "response.incomplete"):
+                    response = event.response
+                    if response.usage is not None:
+                        usage = TokenUsage(
+                            input_tokens=response.usage.input_tokens,
+                            output_tokens=response.usage.output_tokens,
+                        )
+                    if not items:  # a server that only reports the final response
+                        for raw in response.output:
+                            item = from_responses_output(raw.model_dump(mode="json"))
+                            if item is not None:
+                                items.append(item)
+                    completed = True
+                elif kind in ("response.failed", "error"):
+                    raise ModelError(f"{self.provider} reported an error: {_event_error(event)}")
+        if not completed:
+            raise Retryable(f"{self.provider} ended the stream before response.completed")
+        return ModelResponse(output=tuple(items), usage=usage, model=model)
+
+
+def _event_error(event: Any) -> str:
+    response = getattr(event, "response", None)
+    error = getattr(response, "error", None) if response is not None else None
+    if error is not None:
+        return str(getattr(error, "message", error))
+    return str(getattr(event, "message", "") or event)

@@ -1,0 +1,203 @@
+"""`$SUBSESSIONS_HOME/config.toml`, overridden by command-line flags, and the model client it
+describes. Every problem is one line naming the file, the key and what is wrong."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from attrs import evolve, frozen
+
+from subsessions.errors import ConfigError, MissingApiKey
+from subsessions.models.openai_common import RetryPolicy
+
+if TYPE_CHECKING:  # the openai SDK is imported only by commands that talk to a model
+    from subsessions.models.openai_chat import OpenAIChatModel
+    from subsessions.models.openai_responses import OpenAIResponsesModel
+
+WIRE_APIS = ("responses", "chat")
+
+
+@frozen
+class Provider:
+    name: str
+    base_url: str
+    env_key: str = "OPENAI_API_KEY"
+    wire_api: str = "responses"
+    request_max_retries: int = 4
+    stream_idle_timeout_ms: int = 300_000
+
+
+BUILTIN_PROVIDERS = {
+    "openai": Provider("openai", "https://api.openai.com/v1"),
+    "ollama": Provider("ollama", "http://localhost:11434/v1", env_key="OLLAMA_API_KEY",
+                       wire_api="chat"),
+    "vllm": Provider("vllm", "http://localhost:8000/v1", env_key="VLLM_API_KEY",
+                     wire_api="chat"),
+    "llamacpp": Provider("llamacpp", "http://localhost:8080/v1", env_key="LLAMACPP_API_KEY",
+                         wire_api="chat"),
+}
+
+
+@frozen
+class Settings:
+    model: str = "gpt-5.1"
+    model_provider: str = "openai"
+    providers: Mapping[str, Provider] = BUILTIN_PROVIDERS
+    max_depth: int = 2
+    max_children: int = 8
+
+    @property
+    def provider(self) -> Provider:
+        return self.providers[self.model_provider]
+
+
+_TOP_KEYS = {"model": str, "model_provider": str}
+_PROVIDER_KEYS: dict[str, type] = {
+    "name": str, "base_url": str, "env_key": str, "wire_api": str,
+    "request_max_retries": int, "stream_idle_timeout_ms": int,
+}
+_AGENT_KEYS = {"max_depth": int, "max_children": int}
+_TABLES = {"model_providers", "agents", "mcp_servers"}
+
+
+def _check(source: str, key: str, value: Any, wanted: type) -> Any:
+    if isinstance(value, bool) or not isinstance(value, wanted):
+        raise ConfigError(source, key, f"must be {'an integer' if wanted is int else 'a string'}")
+    if isinstance(value, int) and value < 0:
+        raise ConfigError(source, key, "must not be negative")
+    return value
+
+
+def load_settings(home: Path) -> Settings:
+    """The settings in `home/config.toml`, or the defaults when there is no such file."""
+    path = home / "config.toml"
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Settings()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(source, "-", f"cannot read: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, "-", f"invalid TOML: {exc}") from None
+    return settings_from_mapping(data, source)
+
+
+def settings_from_mapping(data: Mapping[str, Any], source: str) -> Settings:
+    values: dict[str, Any] = {}
+    providers = dict(BUILTIN_PROVIDERS)
+    for key, value in data.items():
+        if key in _TOP_KEYS:
+            values[key] = _check(source, key, value, _TOP_KEYS[key])
+        elif key not in _TABLES:
+            raise ConfigError(source, key, "unknown key")
+        elif not isinstance(value, dict):
+            raise ConfigError(source, key, "must be a table")
+    for name, table in data.get("model_providers", {}).items():
+        providers[name] = _provider(source, name, table, providers.get(name))
+    for key, value in data.get("agents", {}).items():
+        if key not in _AGENT_KEYS:
+            raise ConfigError(source, f"agents.{key}", "unknown key")
+        values[key] = _check(source, f"agents.{key}", value, int)
+    settings = Settings(providers=providers, **values)
+    if settings.model_provider not in providers:
+        raise ConfigError(
+            source, "model_provider",
+            f"no provider {settings.model_provider!r}; known: {', '.join(sorted(providers))}",
+        )
+    return settings
+
+
+def _provider(source: str, name: str, table: Any, base: Provider | None) -> Provider:
+    where = f"model_providers.{name}"
+    if not isinstance(table, dict):
+        raise ConfigError(source, where, "must be a table")
+    fields: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in _PROVIDER_KEYS:
+            raise ConfigError(source, f"{where}.{key}", "unknown key")
+        fields[key] = _check(source, f"{where}.{key}", value, _PROVIDER_KEYS[key])
+    fields.pop("name", None)
+    if base is None and "base_url" not in fields:
+        raise ConfigError(source, f"{where}.base_url", "is required for a new provider")
+    provider = evolve(base, **fields) if base else Provider(name=name, **fields)
+    problem = url_problem(provider.base_url) or wire_problem(provider.wire_api)
+    if problem:
+        key = "wire_api" if provider.wire_api not in WIRE_APIS else "base_url"
+        raise ConfigError(source, f"{where}.{key}", problem)
+    return provider
+
+
+def url_problem(url: str) -> str | None:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return f"{url!r} is not an http(s) URL"
+    return None
+
+
+def wire_problem(wire_api: str) -> str | None:
+    return None if wire_api in WIRE_APIS else f"{wire_api!r} is not one of: responses, chat"
+
+
+def with_overrides(settings: Settings, **flags: Any) -> Settings:
+    """Command-line flags over the file: model, base_url, wire_api, api_key_env, limits."""
+    provider = settings.provider
+    changes = {k: flags[k] for k in ("base_url", "wire_api") if flags.get(k) is not None}
+    if flags.get("api_key_env"):
+        changes["env_key"] = flags["api_key_env"]
+    for flag, problem in (("base_url", url_problem), ("wire_api", wire_problem)):
+        if flag in changes and (text := problem(changes[flag])):
+            raise ConfigError("command line", f"--{flag.replace('_', '-')}", text)
+    providers = dict(settings.providers)
+    providers[provider.name] = evolve(provider, **changes)
+    top = {k: flags[k] for k in ("model", "max_depth", "max_children") if flags.get(k) is not None}
+    return evolve(settings, providers=providers, **top)
+
+
+def is_loopback(url: str) -> bool:
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_key(provider: Provider) -> str:
+    key = os.environ.get(provider.env_key)
+    if key:
+        return key
+    if is_loopback(provider.base_url):
+        return "not-needed"  # local servers (Ollama, vLLM, llama.cpp) take any key
+    raise MissingApiKey(provider.env_key, provider.name, provider.base_url)
+
+
+def build_model_client(settings: Settings) -> OpenAIChatModel | OpenAIResponsesModel:
+    """One `AsyncOpenAI` for the provider, shared by every session of the engine."""
+    import openai
+
+    from subsessions.models.openai_chat import OpenAIChatModel
+    from subsessions.models.openai_responses import OpenAIResponsesModel
+
+    provider = settings.provider
+    client = openai.AsyncOpenAI(
+        base_url=provider.base_url, api_key=api_key(provider), max_retries=0
+    )
+    kind: type[OpenAIChatModel | OpenAIResponsesModel] = (
+        OpenAIChatModel if provider.wire_api == "chat" else OpenAIResponsesModel
+    )
+    return kind(
+        client,
+        provider=provider.name,
+        retry=RetryPolicy(max_retries=provider.request_max_retries),
+        stream_idle_timeout=provider.stream_idle_timeout_ms / 1000,
+    )
