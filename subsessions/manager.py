@@ -284,20 +284,27 @@ class SubsessionManager:
     # -- waiting and cancelling -------------------------------------------------------------
     async def wait_child(self, session_id: str, timeout: float | None = None) -> str | None:
         """The child's last assistant message. `None` waits forever, `<= 0` does not wait."""
-        if timeout is not None and (isinstance(timeout, bool) or timeout != timeout):
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout
+        ):
             raise InvalidArguments("wait_child", "timeout must be a number of seconds or None")
-        ms = None if timeout is None else round(min(timeout, MAX_WAIT_SECONDS) * 1000)
-        return await self.wait_child_ms(session_id, ms)
+        seconds = None if timeout is None else min(timeout, MAX_WAIT_SECONDS)
+        label = 0 if seconds is None or seconds <= 0 else max(1, round(seconds * 1000))
+        return await self._wait(session_id, seconds, label)
 
     async def wait_child_ms(self, session_id: str, timeout_ms: int | None) -> str | None:
+        """`wait_child` in milliseconds, as the `wait_session` tool takes it."""
+        seconds = None if timeout_ms is None else min(timeout_ms / 1000, MAX_WAIT_SECONDS)
+        return await self._wait(session_id, seconds, timeout_ms or 0)
+
+    async def _wait(self, session_id: str, seconds: float | None, label_ms: int) -> str | None:
         record = self._lookup(session_id)
         if not record.finished.done():
-            if timeout_ms is not None and timeout_ms <= 0:
+            if seconds is not None and seconds <= 0:
                 raise ChildNotFinished(session_id)
-            seconds = None if timeout_ms is None else min(timeout_ms / 1000, MAX_WAIT_SECONDS)
             done, _ = await asyncio.wait((record.finished,), timeout=seconds)
             if not done:
-                raise ChildTimeout(session_id, int(timeout_ms or 0))
+                raise ChildTimeout(session_id, label_ms)
         state = record.state
         if isinstance(state, Done):
             return state.result
