@@ -9,7 +9,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from attrs import define, frozen
+from attrs import define, evolve, frozen
 
 from subsessions.config import SessionConfig
 from subsessions.errors import (
@@ -203,7 +203,9 @@ class SubsessionManager:
         if isinstance(profile, SessionConfig):
             label = Profile(name="custom", developer_instructions=profile.instructions or "",
                             max_turns=profile.max_turns)
-            return label, profile
+            parent = self._session
+            return label, evolve(profile, model=profile.model or parent.model,
+                                 cwd=profile.cwd or parent.cwd)
         if isinstance(profile, str):
             known = self.profiles()
             if profile not in known:

@@ -123,6 +123,8 @@ class Session:
             return await self._run_task(prompt)
         finally:
             self._busy = False
+            if self.parent is None:  # a child's flush is awaited by its manager instead
+                await self.recorder.flush_durable()
 
     def write_meta(self) -> None:
         if self.wrote_meta:

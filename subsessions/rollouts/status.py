@@ -1,0 +1,110 @@
+"""A session's status, derived from its rollout alone.
+
+Every task ends with exactly one terminal record, so the last task record
+decides: `task_complete`, `error` and `turn_aborted` name how it ended. A task
+with no terminal record is either still being run or its process died, and
+only the writer's `pid` in `session_meta` can tell them apart. Pids are
+reused, so the process must also have started no later than the session.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from datetime import datetime
+from typing import Any
+
+STATUSES = ("completed", "failed", "cancelled", "running", "interrupted", "idle")
+TERMINAL_EVENTS = frozenset({"task_complete", "turn_aborted", "error"})
+TASK_EVENTS = TERMINAL_EVENTS | {"task_started"}
+
+# The meta timestamp has whole seconds (truncated) and so has the kernel's boot time:
+# a process may appear to have started up to about two seconds after its session did.
+_START_SLACK = 2.0
+
+
+def status_of(last_task_event: dict[str, Any] | None, meta: dict[str, Any]) -> str:
+    """The status given the session's last task event (None when it never ran a task)."""
+    if last_task_event is None:
+        return "idle"
+    kind = last_task_event.get("type")
+    if kind == "task_complete":
+        return "completed"
+    if kind == "error":
+        return "failed"
+    if kind == "turn_aborted":
+        # "interrupted" is recorded when the task was torn down by something other than a cancel.
+        return "interrupted" if last_task_event.get("reason") == "interrupted" else "cancelled"
+    return "running" if writer_alive(meta) else "interrupted"
+
+
+def is_terminal(payload: dict[str, Any]) -> bool:
+    return payload.get("type") in TERMINAL_EVENTS
+
+
+def writer_alive(meta: dict[str, Any]) -> bool:
+    """Whether the process that wrote this rollout still runs (not a later one with its pid)."""
+    pid = meta.get("pid")
+    if type(pid) is not int or pid <= 0:
+        return False  # no pid recorded: nobody can be shown to be writing it
+    started = process_start(pid)
+    if started is None:
+        return False
+    session_start = parse_stamp(meta.get("timestamp"))
+    if session_start is None or started == float("-inf"):
+        return True  # nothing to compare with: existence is all we can check
+    return started <= session_start + _START_SLACK
+
+
+def process_start(pid: int) -> float | None:
+    """When a live process started (epoch seconds); None if it is gone or a zombie.
+
+    `-inf` where there is no /proc to ask: the process exists, its start is unknown.
+    """
+    if not _have_proc():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return float("-inf")
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may contain spaces or ')'.
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return None  # a zombie has stopped writing even if nobody has reaped it yet
+    return _boot_time() + int(fields[19]) / _clock_ticks()  # field 22: start, in ticks
+
+
+@functools.cache
+def _have_proc() -> bool:
+    return os.path.exists("/proc/self/stat")
+
+
+@functools.cache
+def _boot_time() -> float:
+    with open("/proc/stat", "rb") as f:
+        for line in f:
+            if line.startswith(b"btime "):
+                return float(line.split()[1])
+    return 0.0
+
+
+@functools.cache
+def _clock_ticks() -> int:
+    return os.sysconf("SC_CLK_TCK")
+
+
+def parse_stamp(stamp: object) -> float | None:
+    """Epoch seconds of a rollout timestamp (`2026-11-21T12:00:00.123Z`), None if malformed."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
