@@ -31,6 +31,7 @@ class Tool:
     description: str
     parameters: dict[str, Any] = field(factory=lambda: {"type": "object", "properties": {}})
     handler: ToolHandler | None = None
+    requires_permission: bool = False  # ask the root's permission_handler before each call
 
     def spec(self) -> dict[str, Any]:
         """Responses-format function definition."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
@@ -10,7 +11,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from subsessions.config import SessionConfig
-from subsessions.errors import EngineClosed
+from subsessions.dispatch import Dispatcher
+from subsessions.errors import EngineClosed, UnknownSession
+from subsessions.events import emit
 from subsessions.models.base import ModelClient
 from subsessions.profiles import LoadedProfile, load_profiles
 from subsessions.rollouts.recorder import RolloutWriter
@@ -52,6 +55,7 @@ class Engine:
             profiles if profiles is not None else load_profiles(self.home, project_dir or self.cwd)
         )
         self.writer = RolloutWriter()
+        self.dispatcher = Dispatcher()
         self._sessions: dict[str, Session] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._top_tasks: set[asyncio.Task[Any]] = set()
@@ -92,6 +96,9 @@ class Engine:
         session = Session(self, config or SessionConfig(), source=source)
         session.write_meta()
         self._sessions[session.session_id] = session
+        self.dispatcher.register(session)
+        emit(session, "session.start", {"session_id": session.session_id, "source": source})
+        await self.dispatcher.invoke_hook(session, "on_session_start", {"source": source})
         return session
 
     def sessions(self) -> list[Session]:
@@ -99,6 +106,33 @@ class Engine:
 
     def get_session(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
+
+    def resolve_session(self, session_id: str) -> tuple[Session, bool]:
+        """The registered session answering for `session_id` (a child's: its top-level one)."""
+        return self.dispatcher.resolve_session(session_id)
+
+    async def destroy_session(self, session_id: str) -> None:
+        """Abort a top-level session's descendants and forget it; its rollouts stay on disk."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise UnknownSession(session_id)
+        await session.subsessions.abort_all_children()
+        await self.dispatcher.invoke_hook(session, "on_session_end", {"reason": "destroy"})
+        self.dispatcher.unregister(session_id)
+        del self._sessions[session_id]
+        session.events.close()
+        await session.recorder.flush_durable()
+
+    async def delete_session(self, session_id: str) -> None:
+        """Destroy a top-level session and delete its rollout and its descendants'."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise UnknownSession(session_id)
+        paths = [s.recorder.path for s in session.subsessions.tree()] + [session.recorder.path]
+        await self.destroy_session(session_id)
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
 
     # -- task ownership ---------------------------------------------------------------------
     def spawn_task(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
@@ -139,6 +173,8 @@ class Engine:
         await asyncio.shield(self._close_done)
 
     async def _shut_down(self) -> None:
+        for session in self._sessions.values():
+            await self.dispatcher.invoke_hook(session, "on_session_end", {"reason": "close"})
         for task in list(self._top_tasks):
             task.cancel()  # a top-level task aborts its own children first
         await asyncio.gather(*(s.subsessions.abort_all_children() for s in self._sessions.values()))
@@ -150,4 +186,7 @@ class Engine:
         for future in flushed:
             future.exception()  # retrieved: a failed last write must not warn at exit
         await self.writer.aclose()
+        for session in self._sessions.values():
+            session.events.close()
         self._sessions.clear()
+        self.dispatcher.clear()

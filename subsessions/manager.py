@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import time
 from collections.abc import Callable
 from functools import partial
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from subsessions.session import Session
 
 MAX_WAIT_SECONDS = 3600.0
+_spawn_ids = itertools.count(1)
 
 
 class ChildStatus(enum.Enum):
@@ -174,6 +176,7 @@ class SubsessionManager:
         tree = root.subsessions
         if tree._running_in_tree >= root.config.max_children:
             raise ChildLimitReached(root.config.max_children)
+        call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name a spawning call
         source = {
             "subsession": {
                 "parent_session_id": parent.session_id,
@@ -195,6 +198,7 @@ class SubsessionManager:
             }
         )
         task.add_done_callback(partial(self._on_task_done, record))
+        engine.dispatcher.child_started(parent, child, call_id)
         return child.session_id
 
     def _child_config(
@@ -253,7 +257,8 @@ class SubsessionManager:
         record.state = outcome
         record.ended_at = time.time()
         self._session.root.subsessions._running_in_tree -= 1
-        child_id = record.session.session_id
+        child = record.session
+        child_id = child.session_id
         if isinstance(outcome, Done):
             message = f"child session {child_id} completed"
         elif isinstance(outcome, Failed):
@@ -261,7 +266,18 @@ class SubsessionManager:
         else:
             message = f"child session {child_id} cancelled"
         self._session.recorder.event({"type": "background_event", "message": message})
+        data: dict[str, Any] = {
+            "tool_call_id": child.call_id, "agent_name": child.agent_name,
+            "remote_session_id": child_id, "model": child.model,
+            "total_tokens": child.usage.total_tokens, "total_tool_calls": child.tool_calls,
+            "turns": child.turns, "duration_ms": round((record.ended_at - child.started_at) * 1000),
+        }
+        if not isinstance(outcome, Done):
+            data["error"] = outcome.error if isinstance(outcome, Failed) else "cancelled"
+            data["cancelled"] = isinstance(outcome, Cancelled)
         record.finished.set_result(None)
+        child.events.close()
+        self._session.engine.dispatcher.child_ended(self._session, child, data)
 
     # -- queries ----------------------------------------------------------------------------
     def _lookup(self, session_id: str) -> _Child:
@@ -279,6 +295,14 @@ class SubsessionManager:
     def children(self) -> list[ChildInfo]:
         """Every child of this session, oldest first."""
         return [child.info() for child in self._children.values()]
+
+    def tree(self) -> list[Session]:
+        """Every descendant session, depth first."""
+        found: list[Session] = []
+        for child in self._children.values():
+            found.append(child.session)
+            found.extend(child.session.subsessions.tree())
+        return found
 
     def running(self) -> list[str]:
         return [cid for cid, child in self._children.items() if not child.finished.done()]

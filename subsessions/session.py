@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import time
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from subsessions._version import __version__
-from subsessions.config import Invocation, SessionConfig, Tool, filter_tools
-from subsessions.errors import InvalidArguments, MaxTurnsExceeded, ModelError, SessionBusy
+from subsessions.config import SessionConfig, filter_tools
+from subsessions.dispatch import ToolNotSupported
+from subsessions.errors import (
+    InvalidArguments,
+    MaxTurnsExceeded,
+    ModelError,
+    SessionBusy,
+    SubsessionError,
+)
+from subsessions.events import EventHandler, EventHub, SessionEvent, emit
+from subsessions.handlers import ask_user
 from subsessions.handlers import subsessions as subsession_tools
-from subsessions.handlers.arguments import parse_arguments
+from subsessions.handlers.arguments import check_arguments, parse_arguments
 from subsessions.ids import new_session_id
 from subsessions.items import (
     Item,
@@ -79,6 +86,10 @@ class Session:
         self._specs: tuple[dict[str, Any], ...] | None = None
         self.answered_by: set[str] = set()  # models other than `model` that answered
         self.wrote_meta = False
+        self.wrote_task = False
+        self.events = EventHub()
+        self.turns = 0
+        self.tool_calls = 0
 
     def __repr__(self) -> str:
         kind = f"child of {self.parent.session_id} depth={self.depth}" if self.parent else "top"
@@ -87,6 +98,20 @@ class Session:
     @property
     def agent_name(self) -> str | None:
         return self.profile.name if self.profile is not None else None
+
+    def on(self, handler: EventHandler) -> Callable[[], None]:
+        """Call `handler` with each event of this session and its descendants."""
+        return self.events.on(handler)
+
+    def event_stream(self) -> AsyncIterator[SessionEvent]:
+        """This session's events (its descendants' included) from now until it closes."""
+        return self.events.stream()
+
+    def handle_pending_tool_call(
+        self, request_id: str, result: Any = None, error: str | None = None
+    ) -> bool:
+        """Answer an `external_tool.requested` event; False if nothing is waiting on it."""
+        return self.engine.dispatcher.answer(self, request_id, result, error)
 
     def allows(self, tool_name: str) -> bool:
         """Whether this session's profile allowlist admits a tool (None admits all)."""
@@ -102,6 +127,8 @@ class Session:
         """What the model is offered; fixed for the session's life, so built once."""
         if self._specs is None:
             specs = tuple(t.spec() for t in self._tools.values())
+            if self.root.config.user_input_handler is not None and self.allows(ask_user.NAME):
+                specs += (ask_user.SPEC,)
             if self.offers_subsession_tools:
                 specs += tuple(
                     s for s in self.root.subsessions.tree_tool_specs() if self.allows(s["name"])
@@ -152,6 +179,9 @@ class Session:
     async def _run_task(self, prompt: str) -> str | None:
         self.write_meta()
         record = self.recorder
+        hooked = self.root.config.hooks is not None
+        if hooked:
+            prompt = await self._prompt_hooks(prompt)
         record.record(
             "turn_context",
             {
@@ -188,7 +218,44 @@ class Session:
                 raise
             finally:
                 record.event(terminal)
+                self._announce_end(terminal)
         return answer
+
+    async def _prompt_hooks(self, prompt: str) -> str:
+        dispatcher = self.engine.dispatcher
+        if self.parent is not None and not self.wrote_task:
+            await dispatcher.invoke_hook(self, "on_session_start", {"source": "subsession"})
+        self.wrote_task = True
+        changed = await dispatcher.invoke_hook(self, "on_user_prompt_submitted",
+                                               {"prompt": prompt})
+        if isinstance(changed, dict) and isinstance(changed.get("modifiedPrompt"), str):
+            return str(changed["modifiedPrompt"])
+        return prompt
+
+    def _announce_end(self, terminal: dict[str, Any]) -> None:
+        kind = terminal["type"]
+        if kind == "error":
+            emit(self, "session.error", {"message": terminal["message"]})
+        else:
+            emit(self, "session.idle", {"aborted": kind == "turn_aborted"})
+        hooks = self.root.config.hooks
+        if hooks is None:
+            return
+        dispatcher = self.engine.dispatcher
+        if kind == "error" and hooks.on_error_occurred is not None:
+            self._hook_later(dispatcher.invoke_hook(self, "on_error_occurred",
+                                                    {"error": terminal["message"]}))
+        if self.parent is not None and hooks.on_session_end is not None:
+            self._hook_later(dispatcher.invoke_hook(self, "on_session_end", {
+                "reason": {"task_complete": "complete", "error": "error"}.get(kind, "abort"),
+            }))
+
+    def _hook_later(self, hook: Any) -> None:
+        """End-of-task hooks run beside the ending, never delaying or blocking it."""
+        try:
+            self.engine.spawn_task(hook, "subsessions-hook")
+        except SubsessionError:  # the engine is closing: the hook cannot run any more
+            hook.close()
 
     async def _turns(self) -> str | None:
         client = self.engine.model_client
@@ -202,6 +269,7 @@ class Session:
                 tools=self.tool_specs(),
                 fallback_models=self.profile.fallback_models if self.profile else (),
             )
+            self.turns += 1
             response = await client.respond(request)
             if response.model and response.model != self.model and response.model not in (
                 self.answered_by
@@ -222,6 +290,7 @@ class Session:
                 if is_assistant_message(item):
                     answer = message_text(item)
                     self.recorder.event({"type": "agent_message", "message": answer})
+                    emit(self, "assistant.message", {"content": answer})
                 elif item.get("type") == "function_call":
                     calls.append(item)
             if not calls:
@@ -254,28 +323,31 @@ class Session:
         """Run one function call; every failure becomes a failed output, never an exception."""
         call_id = str(call.get("call_id", ""))
         name = str(call.get("name", ""))
+        self.tool_calls += 1
+        emit(self, "tool.execution_start", {"tool_call_id": call_id, "tool_name": name,
+                                            "arguments": call.get("arguments")})
         try:
             output = await self._dispatch(name, str(call.get("arguments", "")), call_id)
+            success = True
         except Exception as exc:
-            return function_call_output(call_id, error_text(exc), False)
-        return function_call_output(call_id, output, True)
+            output, success = error_text(exc), False
+        emit(self, "tool.execution_complete", {"tool_call_id": call_id, "tool_name": name,
+                                               "success": success, "result": output})
+        return function_call_output(call_id, output, success)
 
     async def _dispatch(self, name: str, arguments: str, call_id: str) -> str:
         if name in subsession_tools.NAMES and self.allows(name):
             return await subsession_tools.call(self, name, arguments, call_id)
+        dispatcher = self.engine.dispatcher
+        if name == ask_user.NAME and self.allows(name):
+            parsed = parse_arguments(name, arguments)
+            check_arguments(name, ask_user.SPEC["parameters"], parsed)
+            return await dispatcher.ask_user(self, parsed["question"], parsed.get("choices"))
         tool = self._tools.get(name)
-        if tool is None or tool.handler is None:
-            raise LookupError(f"Tool '{name}' is not supported by this client instance.")
-        return await _run_handler(tool, parse_arguments(name, arguments), self._invocation(
-            call_id, name
-        ))
-
-    def _invocation(self, call_id: str, name: str) -> Invocation:
-        return Invocation(
-            session_id=self.session_id,
-            tool_call_id=call_id,
-            tool_name=name,
-            agent_name=self.agent_name,
+        if tool is None:  # denied by the allowlist, or never offered: the handler never runs
+            raise ToolNotSupported(name)
+        return await dispatcher.call_tool(
+            self, tool, name, parse_arguments(name, arguments), call_id
         )
 
     def child_config(self, profile: Profile) -> SessionConfig:
@@ -290,16 +362,3 @@ class Session:
             max_children=self.config.max_children,
             max_turns=profile.max_turns,
         )
-
-
-async def _run_handler(tool: Tool, arguments: dict[str, Any], invocation: Invocation) -> str:
-    assert tool.handler is not None
-    result = tool.handler(arguments, invocation)
-    if inspect.isawaitable(result):
-        result = await result
-    if isinstance(result, str):
-        return result
-    try:
-        return orjson.dumps(result).decode()
-    except TypeError as exc:
-        raise TypeError(f"tool {tool.name} returned a value that is not JSON: {exc}") from None

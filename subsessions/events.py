@@ -1,0 +1,114 @@
+"""Session events: Copilot-style envelopes, delivered to listeners and forwarded upwards.
+
+An event a child emits reaches its own listeners, then its parent's and every
+ancestor's, carrying `parent_tool_call_id` (the call that spawned the emitter) so a
+UI can nest it. Nothing is built when nobody listens: fan-out stays cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from attrs import frozen
+
+from subsessions.rollouts.recorder import clock
+
+if TYPE_CHECKING:
+    from subsessions.session import Session
+
+log = logging.getLogger("subsessions")
+
+EventHandler = Callable[["SessionEvent"], Any]
+_ids = itertools.count(1)
+
+
+@frozen
+class SessionEvent:
+    id: str
+    timestamp: str
+    parent_id: str | None  # the previous event of the same session
+    type: str
+    data: dict[str, Any]
+    session_id: str  # the session it happened in (a child's own id when forwarded)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "timestamp": self.timestamp, "parent_id": self.parent_id,
+                "type": self.type, "data": self.data, "session_id": self.session_id}
+
+
+class EventHub:
+    """One session's listeners: callbacks and async subscribers."""
+
+    __slots__ = ("_handlers", "_last_id", "_queues")
+
+    def __init__(self) -> None:
+        self._handlers: list[EventHandler] = []
+        self._queues: list[asyncio.Queue[SessionEvent | None]] = []
+        self._last_id: str | None = None
+
+    @property
+    def listening(self) -> bool:
+        return bool(self._handlers or self._queues)
+
+    def on(self, handler: EventHandler) -> Callable[[], None]:
+        """Call `handler` with every event; returns the function that unsubscribes it."""
+        self._handlers.append(handler)
+
+        def off() -> None:
+            if handler in self._handlers:
+                self._handlers.remove(handler)
+
+        return off
+
+    async def stream(self) -> AsyncIterator[SessionEvent]:
+        """Every event from now on, until the session is closed."""
+        queue: asyncio.Queue[SessionEvent | None] = asyncio.Queue()
+        self._queues.append(queue)
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+        finally:
+            self._queues.remove(queue)
+
+    def close(self) -> None:
+        for queue in self._queues:
+            queue.put_nowait(None)
+
+    def deliver(self, event: SessionEvent) -> None:
+        for handler in list(self._handlers):
+            try:
+                handler(event)
+            except Exception:
+                log.exception("event handler failed on %s", event.type)
+        for queue in self._queues:
+            queue.put_nowait(event)
+
+
+def emit(session: Session, kind: str, data: dict[str, Any]) -> None:
+    """Deliver an event in `session`, then forward it to each ancestor."""
+    chain: list[Session] = []
+    node: Session | None = session
+    while node is not None:
+        chain.append(node)
+        node = node.parent
+    if not any(s.events.listening for s in chain):
+        return
+    hub = session.events
+    event = SessionEvent(
+        id=f"evt_{next(_ids)}", timestamp=clock.now(), parent_id=hub._last_id, type=kind,
+        data=data, session_id=session.session_id,
+    )
+    hub._last_id = event.id
+    hub.deliver(event)
+    if session.parent is None:
+        return
+    forwarded = SessionEvent(
+        id=event.id, timestamp=event.timestamp, parent_id=event.parent_id, type=kind,
+        data={**data, "parent_tool_call_id": session.call_id}, session_id=session.session_id,
+    )
+    for ancestor in chain[1:]:
+        ancestor.events.deliver(forwarded)
