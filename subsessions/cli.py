@@ -56,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
         "message. Ctrl-C cancels the session and every sub-session (exit 130).",
     )
     run.add_argument("prompt")
+    run.add_argument("--profile", help="run this profile top-level (its persona and memory too)")
 
     profiles = commands.add_parser("profiles", help="the loaded profiles")
     profile_commands = profiles.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -103,19 +104,21 @@ def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
         load_settings(home), model=args.model, base_url=args.base_url, wire_api=args.wire_api,
         api_key_env=args.api_key_env, max_depth=args.max_depth, max_children=args.max_children,
     )
-    answer = asyncio.run(_run_session(home, settings, args.prompt))
+    answer = asyncio.run(_run_session(home, settings, args.prompt, args.profile))
     out.write(f"{answer or ''}\n")
     return 0
 
 
-async def _run_session(home: Path, settings: Settings, prompt: str) -> str | None:
+async def _run_session(
+    home: Path, settings: Settings, prompt: str, profile: str | None
+) -> str | None:
     client = build_model_client(settings)
     try:
         async with Engine(home, model_client=client, model=settings.model,
                           model_provider=settings.model_provider) as engine:
             config = SessionConfig(max_depth=settings.max_depth,
                                    max_children=settings.max_children)
-            session = await engine.create_session(config, source="cli")
+            session = await engine.create_session(config, source="cli", profile=profile)
             return await session.send_and_wait(prompt)
     finally:
         await client.aclose()

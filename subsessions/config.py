@@ -87,6 +87,7 @@ class SessionConfig:
     max_depth: int = field(default=2, validator=_non_negative("max_depth"))
     max_children: int = field(default=8, validator=_non_negative("max_children"))
     max_turns: int = field(default=24, validator=_non_negative("max_turns"))
+    notify_on_child_end: bool = True  # tell the model of children that ended unwaited
 
     def __attrs_post_init__(self) -> None:
         names = [t.name for t in self.tools]

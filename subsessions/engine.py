@@ -10,12 +10,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from subsessions.config import SessionConfig
+from attrs import evolve
+
+from subsessions.config import SessionConfig, filter_tools
 from subsessions.dispatch import Dispatcher
-from subsessions.errors import EngineClosed, UnknownSession
+from subsessions.errors import EngineClosed, UnknownSession, UnknownSessionType
 from subsessions.events import emit
 from subsessions.models.base import ModelClient
-from subsessions.profiles import LoadedProfile, load_profiles
+from subsessions.profiles import LoadedProfile, Profile, load_profiles
 from subsessions.rollouts.recorder import RolloutWriter
 from subsessions.session import Session
 
@@ -89,17 +91,46 @@ class Engine:
             raise EngineClosed()
 
     async def create_session(
-        self, config: SessionConfig | None = None, *, source: str = "exec"
+        self,
+        config: SessionConfig | None = None,
+        *,
+        source: str = "exec",
+        profile: str | Profile | None = None,
     ) -> Session:
-        """A new top-level session, registered with the engine."""
+        """A new top-level session, registered with the engine.
+
+        With `profile`, the session runs that profile top-level: its instructions, and
+        its persona and memory too (which a child of that profile never sees).
+        """
         self.check_open()
-        session = Session(self, config or SessionConfig(), source=source)
+        config = config or SessionConfig()
+        chosen = self._top_level_profile(profile, config) if profile is not None else None
+        if chosen is not None:
+            parts = (config.instructions, chosen.developer_instructions, chosen.persona,
+                     chosen.memory)
+            config = evolve(
+                config,
+                instructions="\n\n".join(p for p in parts if p),
+                model=config.model or (None if chosen.model == "inherit" else chosen.model),
+                tools=filter_tools(config.tools, chosen.tools),
+                max_turns=chosen.max_turns,
+            )
+        session = Session(self, config, source=source, profile=chosen)
         session.write_meta()
         self._sessions[session.session_id] = session
         self.dispatcher.register(session)
         emit(session, "session.start", {"session_id": session.session_id, "source": source})
         await self.dispatcher.invoke_hook(session, "on_session_start", {"source": source})
         return session
+
+    def _top_level_profile(self, profile: str | Profile, config: SessionConfig) -> Profile:
+        if isinstance(profile, Profile):
+            return profile
+        known = {name: lp.profile for name, lp in self.profiles.items()}
+        known.update({p.name: p for p in config.custom_agents})
+        if profile not in known:
+            raise UnknownSessionType(str(profile), tuple(sorted(known)))
+        return known[profile]
 
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())

@@ -21,10 +21,12 @@ from subsessions.errors import (
     ChildTimeout,
     DepthLimitReached,
     InvalidArguments,
+    SubsessionError,
     UnknownSession,
     UnknownSessionType,
 )
 from subsessions.profiles import Profile
+from subsessions.usage import Usage
 
 if TYPE_CHECKING:
     from subsessions.session import Session
@@ -78,10 +80,60 @@ class ChildInfo:
     started_at: float
     ended_at: float | None
     rollout_path: str
+    usage: Usage
+    answering_model: str  # `model`, or the fallback that answered for it
+
+    @property
+    def duration_ms(self) -> int | None:
+        return None if self.ended_at is None else round((self.ended_at - self.started_at) * 1000)
+
+    def outcome(self) -> dict[str, Any]:
+        """The `{"status", "result"|"error"}` shape the wait tools report."""
+        if self.status is ChildStatus.DONE:
+            return {"status": "done", "result": self.result}
+        if self.status is ChildStatus.FAILED:
+            return {"status": "failed", "error": self.error}
+        if self.status is ChildStatus.CANCELLED:
+            return {"status": "cancelled", "error": "cancelled"}
+        return {"status": "pending"}
+
+
+@frozen
+class RunStep:
+    index: int
+    child: ChildInfo | None  # None when the step could not even be spawned
+    error: str | None = None  # why it could not be spawned
+
+    def outcome(self) -> dict[str, Any]:
+        if self.child is None:
+            return {"status": "failed", "error": self.error}
+        return {"session_id": self.child.session_id, "session_type": self.child.session_type,
+                **self.child.outcome()}
+
+
+@frozen
+class RunResult:
+    steps: list[RunStep]
+    timed_out: bool
+    failed_step: int | None  # chain: the step that stopped it
+
+    @property
+    def results(self) -> list[str | None]:
+        return [s.child.result if s.child else None for s in self.steps]
+
+
+@frozen
+class WaitResult:
+    """What `wait_any` / `wait_all` saw: every named child, and whether time ran out."""
+
+    children: dict[str, ChildInfo]
+    unknown: tuple[str, ...]
+    timed_out: bool
 
 
 class _Child:
-    __slots__ = ("cancel_requested", "ended_at", "finished", "session", "state")
+    __slots__ = ("cancel_requested", "ended_at", "finished", "session", "state", "waited",
+                 "waiters")
 
     def __init__(self, session: Session, task: asyncio.Task[str | None]) -> None:
         self.session = session
@@ -89,6 +141,8 @@ class _Child:
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.ended_at: float | None = None
         self.cancel_requested = False
+        self.waiters = 0  # waits in progress: an ending they see needs no notice
+        self.waited = False  # the parent has been told how this child ended
 
     def cancel(self) -> None:
         """Cancel the task once: a second cancel would interrupt its own clean-up."""
@@ -108,6 +162,8 @@ class _Child:
             started_at=self.session.started_at,
             ended_at=self.ended_at,
             rollout_path=self.session.recorder.path,
+            usage=self.session.usage(),
+            answering_model=self.session.answering_model,
         )
 
 
@@ -121,6 +177,7 @@ class SubsessionManager:
         self._profiles: dict[str, Profile] | None = None  # root only, built on first use
         self._specs: tuple[dict[str, Any], ...] | None = None  # root only
         self._child_configs: dict[str | Profile, tuple[Profile, SessionConfig]] = {}
+        self._unnoticed: list[_Child] = []  # ended children the parent was not told of yet
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
@@ -269,13 +326,17 @@ class SubsessionManager:
         data: dict[str, Any] = {
             "tool_call_id": child.call_id, "agent_name": child.agent_name,
             "remote_session_id": child_id, "model": child.model,
-            "total_tokens": child.usage.total_tokens, "total_tool_calls": child.tool_calls,
+            "total_tokens": child.token_usage.total_tokens, "total_tool_calls": child.tool_calls,
             "turns": child.turns, "duration_ms": round((record.ended_at - child.started_at) * 1000),
         }
         if not isinstance(outcome, Done):
             data["error"] = outcome.error if isinstance(outcome, Failed) else "cancelled"
             data["cancelled"] = isinstance(outcome, Cancelled)
         record.finished.set_result(None)
+        if record.waiters:
+            record.waited = True
+        elif self._session.config.notify_on_child_end:
+            self._unnoticed.append(record)
         child.events.close()
         self._session.engine.dispatcher.child_ended(self._session, child, data)
 
@@ -328,15 +389,116 @@ class SubsessionManager:
         if not record.finished.done():
             if seconds is not None and seconds <= 0:
                 raise ChildNotFinished(session_id)
-            done, _ = await asyncio.wait((record.finished,), timeout=seconds)
-            if not done:
+            await self._await_children([record], seconds, every=True)
+            if not record.finished.done():
                 raise ChildTimeout(session_id, label_ms)
+        record.waited = True
         state = record.state
         if isinstance(state, Done):
             return state.result
         if isinstance(state, Failed):
             raise ChildFailed(session_id, state.error)
         raise ChildCancelled(session_id)
+
+    async def _await_children(
+        self, records: list[_Child], seconds: float | None, *, every: bool
+    ) -> None:
+        """Wait for the first (or every) one of `records` to settle, or for the timeout."""
+        pending = [r.finished for r in records if not r.finished.done()]
+        if not pending or (seconds is not None and seconds <= 0):
+            return
+        for record in records:
+            record.waiters += 1
+        try:
+            when = asyncio.ALL_COMPLETED if every else asyncio.FIRST_COMPLETED
+            await asyncio.wait(pending, timeout=seconds, return_when=when)
+        finally:
+            for record in records:
+                record.waiters -= 1
+
+    async def wait_any(self, session_ids: list[str], timeout: float | None = None) -> WaitResult:
+        """Return once one of the children has ended (with all that ended by then)."""
+        return await self._wait_many(session_ids, timeout, every=False)
+
+    async def wait_all(self, session_ids: list[str], timeout: float | None = None) -> WaitResult:
+        """Return once every child has ended, or at the timeout with what has ended so far."""
+        return await self._wait_many(session_ids, timeout, every=True)
+
+    async def _wait_many(
+        self, session_ids: list[str], timeout: float | None, *, every: bool
+    ) -> WaitResult:
+        known = {i: self._children[i] for i in dict.fromkeys(session_ids) if i in self._children}
+        unknown = tuple(i for i in dict.fromkeys(session_ids) if i not in self._children)
+        seconds = None if timeout is None else min(timeout, MAX_WAIT_SECONDS)
+        records = list(known.values())
+        await self._await_children(records, seconds, every=every)
+        ended = [r for r in records if r.finished.done()]
+        for record in ended:
+            record.waited = True
+        satisfied = len(ended) == len(records) if every else bool(ended) or not records
+        return WaitResult(
+            children={cid: r.info() for cid, r in known.items()},
+            unknown=unknown,
+            timed_out=not satisfied,
+        )
+
+    @property
+    def has_notices(self) -> bool:
+        return bool(self._unnoticed)
+
+    # -- composition ------------------------------------------------------------------------
+    async def run_parallel(
+        self, tasks: list[tuple[str | Profile, str]], timeout: float | None = None
+    ) -> RunResult:
+        """Spawn every task at once; results in task order (pending ones on timeout)."""
+        ids: list[str | None] = []
+        errors: dict[int, str] = {}
+        for index, (profile, prompt) in enumerate(tasks):
+            try:
+                ids.append(await self.spawn_child(profile, prompt))
+            except SubsessionError as exc:  # e.g. the limit: that step fails, the rest run
+                ids.append(None)
+                errors[index] = str(exc)
+        started = [cid for cid in ids if cid is not None]
+        waited = await self.wait_all(started, timeout)
+        steps = [
+            RunStep(index, waited.children[cid] if cid else None, errors.get(index))
+            for index, cid in enumerate(ids)
+        ]
+        return RunResult(steps, waited.timed_out, None)
+
+    async def run_chain(
+        self, tasks: list[tuple[str | Profile, str]], timeout: float | None = None
+    ) -> RunResult:
+        """Run tasks one after another, `{previous}` in a prompt being the last result;
+        stop at the first step that does not complete."""
+        deadline = None if timeout is None else time.monotonic() + min(timeout, MAX_WAIT_SECONDS)
+        previous = ""
+        steps: list[RunStep] = []
+        for index, (profile, prompt) in enumerate(tasks):
+            try:
+                cid = await self.spawn_child(profile, prompt.replace("{previous}", previous))
+            except SubsessionError as exc:
+                steps.append(RunStep(index, None, str(exc)))
+                return RunResult(steps, False, index)
+            left = None if deadline is None else deadline - time.monotonic()
+            waited = await self.wait_all([cid], max(left, 0.001) if left is not None else None)
+            info = waited.children[cid]
+            steps.append(RunStep(index, info, None))
+            if waited.timed_out:
+                return RunResult(steps, True, index)
+            if info.status is not ChildStatus.DONE:
+                return RunResult(steps, False, index)
+            previous = info.result or ""
+        return RunResult(steps, False, None)
+
+    def take_notices(self) -> list[ChildInfo]:
+        """Children that ended unseen since the last call; each is returned once."""
+        notices = [r.info() for r in self._unnoticed if not r.waited]
+        for record in self._unnoticed:
+            record.waited = True
+        self._unnoticed.clear()
+        return notices
 
     async def cancel_child(self, session_id: str) -> bool:
         """Cancel a running child (its children first); False if it had already ended."""
@@ -345,6 +507,7 @@ class SubsessionManager:
             return False
         record.cancel()
         await asyncio.wait((record.finished,))
+        record.waited = True  # the caller learns the ending from the return value
         return isinstance(record.state, Cancelled)
 
     async def abort_all_children(self) -> None:
@@ -352,5 +515,6 @@ class SubsessionManager:
         pending = [child for child in self._children.values() if not child.finished.done()]
         for child in pending:
             child.cancel()
+            child.waited = True
         if pending:
             await asyncio.wait([child.finished for child in pending])

@@ -8,6 +8,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from subsessions._version import __version__
 from subsessions.config import SessionConfig, filter_tools
 from subsessions.dispatch import ToolNotSupported
@@ -25,6 +27,7 @@ from subsessions.handlers.arguments import check_arguments, parse_arguments
 from subsessions.ids import new_session_id
 from subsessions.items import (
     Item,
+    developer_message,
     function_call_output,
     is_assistant_message,
     message_text,
@@ -34,6 +37,7 @@ from subsessions.manager import SubsessionManager
 from subsessions.models.base import ModelRequest, TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
+from subsessions.usage import Usage
 
 if TYPE_CHECKING:
     from subsessions.engine import Engine
@@ -75,7 +79,7 @@ class Session:
         self.cwd = config.cwd or engine.cwd
         self.max_turns = profile.max_turns if profile is not None else config.max_turns
         self.history: list[Item] = []
-        self.usage = TokenUsage()
+        self.token_usage = TokenUsage()
         self.started_at = time.time()
         self.recorder = RolloutRecorder(
             engine.writer, rollout_path(engine.home, self.session_id, self.started_at)
@@ -84,7 +88,7 @@ class Session:
         self._tools = {t.name: t for t in config.tools}
         self._busy = False
         self._specs: tuple[dict[str, Any], ...] | None = None
-        self.answered_by: set[str] = set()  # models other than `model` that answered
+        self._answering_model: str | None = None
         self.wrote_meta = False
         self.wrote_task = False
         self.events = EventHub()
@@ -97,7 +101,8 @@ class Session:
 
     @property
     def agent_name(self) -> str | None:
-        return self.profile.name if self.profile is not None else None
+        """The profile a child runs (None for a top-level session)."""
+        return self.profile.name if self.profile is not None and self.parent else None
 
     def on(self, handler: EventHandler) -> Callable[[], None]:
         """Call `handler` with each event of this session and its descendants."""
@@ -112,6 +117,23 @@ class Session:
     ) -> bool:
         """Answer an `external_tool.requested` event; False if nothing is waiting on it."""
         return self.engine.dispatcher.answer(self, request_id, result, error)
+
+    def usage(self, include_children: bool = False) -> Usage:
+        """Tokens, tool calls and model turns of this session (and its whole tree)."""
+        own = Usage(
+            input_tokens=self.token_usage.input_tokens,
+            output_tokens=self.token_usage.output_tokens,
+            tool_calls=self.tool_calls,
+            turns=self.turns,
+        )
+        if not include_children:
+            return own
+        return Usage.total([own, *(s.usage() for s in self.subsessions.tree())])
+
+    @property
+    def answering_model(self) -> str:
+        """The model that answered last: `model`, or the fallback that stood in for it."""
+        return self._answering_model or self.model
 
     def allows(self, tool_name: str) -> bool:
         """Whether this session's profile allowlist admits a tool (None admits all)."""
@@ -260,6 +282,8 @@ class Session:
     async def _turns(self) -> str | None:
         client = self.engine.model_client
         for _ in range(self.max_turns):
+            if self.subsessions.has_notices:
+                self._deliver_notices()
             self.recorder.flush()  # the transcript is on disk before we wait on the model
             request = ModelRequest(
                 session_id=self.session_id,
@@ -271,14 +295,13 @@ class Session:
             )
             self.turns += 1
             response = await client.respond(request)
-            if response.model and response.model != self.model and response.model not in (
-                self.answered_by
-            ):
-                self.answered_by.add(response.model)
+            answered = response.model or self.model
+            if answered not in (self.model, self._answering_model):
                 self.recorder.event({
                     "type": "background_event",
-                    "message": f"model {self.model} did not answer; {response.model} answered",
+                    "message": f"model {self.model} did not answer; {answered} answered",
                 })
+            self._answering_model = answered
             self._count(response.usage)
             answer: str | None = None
             calls: list[Item] = []
@@ -304,17 +327,28 @@ class Session:
                 self.recorder.record("response_item", output)
         raise MaxTurnsExceeded(self.max_turns)
 
+    def _deliver_notices(self) -> None:
+        """One developer message for each child that ended without being waited for."""
+        for info in self.subsessions.take_notices():
+            body = {"session_id": info.session_id, **info.outcome()}
+            payload = orjson.dumps(body).decode()
+            message = developer_message(
+                f"<subsession_notification>{payload}</subsession_notification>"
+            )
+            self.history.append(message)
+            self.recorder.record("response_item", message)
+
     def _count(self, usage: TokenUsage) -> None:
-        self.usage = TokenUsage(
-            input_tokens=self.usage.input_tokens + usage.input_tokens,
-            output_tokens=self.usage.output_tokens + usage.output_tokens,
+        self.token_usage = TokenUsage(
+            input_tokens=self.token_usage.input_tokens + usage.input_tokens,
+            output_tokens=self.token_usage.output_tokens + usage.output_tokens,
         )
         self.recorder.event(
             {
                 "type": "token_count",
                 "info": {
                     "last_token_usage": usage.as_dict(),
-                    "total_token_usage": self.usage.as_dict(),
+                    "total_token_usage": self.token_usage.as_dict(),
                 },
             }
         )
@@ -361,4 +395,5 @@ class Session:
             max_depth=self.config.max_depth,
             max_children=self.config.max_children,
             max_turns=profile.max_turns,
+            notify_on_child_end=self.config.notify_on_child_end,
         )

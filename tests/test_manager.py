@@ -44,7 +44,10 @@ from subsessions.rollouts.reader import Rollout, find_rollout, read_rollout
 
 WORKER = Profile(name="worker", description="does work", developer_instructions="You are a worker.")
 TERMINAL = ("task_complete", "turn_aborted", "error")
-SUBSESSION_TOOLS = {"create_session", "wait_session", "cancel_session"}
+SUBSESSION_TOOLS = {
+    "create_session", "wait_session", "cancel_session", "wait_sessions", "run_sessions",
+    "list_profiles",
+}
 FOREVER_MS = 3_600_000
 
 

@@ -1,0 +1,34 @@
+"""What a session cost: tokens, tool calls, model turns; summed over a tree on request."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from attrs import frozen
+
+
+@frozen
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tool_calls: int = 0
+    turns: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            tool_calls=self.tool_calls + other.tool_calls,
+            turns=self.turns + other.turns,
+        )
+
+    @staticmethod
+    def total(parts: Iterable[Usage]) -> Usage:
+        summed = Usage()
+        for part in parts:
+            summed = summed + part
+        return summed
