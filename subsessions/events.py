@@ -90,13 +90,16 @@ class EventHub:
 
 def emit(session: Session, kind: str, data: dict[str, Any]) -> None:
     """Deliver an event in `session`, then forward it to each ancestor."""
-    chain: list[Session] = []
     node: Session | None = session
+    while node is not None and not node.events.listening:  # the common case: nobody listens
+        node = node.parent
+    if node is None:
+        return
+    chain: list[Session] = []
+    node = session
     while node is not None:
         chain.append(node)
         node = node.parent
-    if not any(s.events.listening for s in chain):
-        return
     hub = session.events
     event = SessionEvent(
         id=f"evt_{next(_ids)}", timestamp=clock.now(), parent_id=hub._last_id, type=kind,

@@ -339,19 +339,16 @@ class Session:
             self.recorder.record("response_item", message)
 
     def _count(self, usage: TokenUsage) -> None:
-        self.token_usage = TokenUsage(
+        total = self.token_usage = TokenUsage(
             input_tokens=self.token_usage.input_tokens + usage.input_tokens,
             output_tokens=self.token_usage.output_tokens + usage.output_tokens,
         )
-        self.recorder.event(
-            {
-                "type": "token_count",
-                "info": {
-                    "last_token_usage": usage.as_dict(),
-                    "total_token_usage": self.token_usage.as_dict(),
-                },
-            }
-        )
+        info: dict[str, Any] = {
+            "last_token_usage": usage.as_dict(), "total_token_usage": total.as_dict()
+        }
+        if self._answering_model is not None and self._answering_model != self.model:
+            info["model"] = self._answering_model  # which model these tokens were spent on
+        self.recorder.event({"type": "token_count", "info": info})
 
     async def _call_tool(self, call: Item) -> Item:
         """Run one function call; every failure becomes a failed output, never an exception."""
