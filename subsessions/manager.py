@@ -177,6 +177,8 @@ class SubsessionManager:
         self._profiles: dict[str, Profile] | None = None  # root only, built on first use
         self._specs: tuple[dict[str, Any], ...] | None = None  # root only
         self._child_configs: dict[str | Profile, tuple[Profile, SessionConfig]] = {}
+        # root only: tool specs by (config id, profile, depth), with the config kept alive
+        self.spec_cache: dict[tuple[int, Profile | None, int], tuple[Any, tuple[Any, ...]]] = {}
         self._unnoticed: list[_Child] = []  # ended children the parent was not told of yet
 
     def __repr__(self) -> str:

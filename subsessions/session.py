@@ -146,17 +146,26 @@ class Session:
         return self.depth < self.root.config.max_depth
 
     def tool_specs(self) -> tuple[dict[str, Any], ...]:
-        """What the model is offered; fixed for the session's life, so built once."""
-        if self._specs is None:
-            specs = tuple(t.spec() for t in self._tools.values())
-            if self.root.config.user_input_handler is not None and self.allows(ask_user.NAME):
-                specs += (ask_user.SPEC,)
-            if self.offers_subsession_tools:
-                specs += tuple(
-                    s for s in self.root.subsessions.tree_tool_specs() if self.allows(s["name"])
-                )
-            self._specs = specs
-        return self._specs
+        """What the model is offered: fixed for the session's life, and the same for siblings
+        spawned from one profile, so built once per (config, profile, depth) in a tree."""
+        if self._specs is not None:
+            return self._specs
+        shared = self.root.subsessions.spec_cache
+        key = (id(self.config), self.profile, self.depth)
+        cached = shared.get(key)
+        if cached is not None and cached[0] is self.config:
+            self._specs = cached[1]
+            return self._specs
+        specs = tuple(t.spec() for t in self._tools.values())
+        if self.root.config.user_input_handler is not None and self.allows(ask_user.NAME):
+            specs += (ask_user.SPEC,)
+        if self.offers_subsession_tools:
+            specs += tuple(
+                s for s in self.root.subsessions.tree_tool_specs() if self.allows(s["name"])
+            )
+        shared[key] = (self.config, specs)
+        self._specs = specs
+        return specs
 
     async def send_and_wait(self, prompt: str) -> str | None:
         """Run one task to TaskComplete and return the last assistant message."""
