@@ -51,6 +51,8 @@ class Settings:
     providers: Mapping[str, Provider] = BUILTIN_PROVIDERS
     max_depth: int = 2
     max_children: int = 8
+    mcp_servers: Mapping[str, Any] = {}  # [mcp_servers.NAME] tables, checked by subsessions.mcp
+    source: str = "defaults"  # the file these came from, for error messages
 
     @property
     def provider(self) -> Provider:
@@ -107,7 +109,8 @@ def settings_from_mapping(data: Mapping[str, Any], source: str) -> Settings:
         if key not in _AGENT_KEYS:
             raise ConfigError(source, f"agents.{key}", "unknown key")
         values[key] = _check(source, f"agents.{key}", value, int)
-    settings = Settings(providers=providers, **values)
+    servers = data.get("mcp_servers", {})
+    settings = Settings(providers=providers, mcp_servers=servers, source=source, **values)
     if settings.model_provider not in providers:
         raise ConfigError(
             source, "model_provider",
