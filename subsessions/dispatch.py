@@ -14,6 +14,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -157,11 +158,16 @@ class Dispatcher:
     # -- requests ---------------------------------------------------------------------------
     async def call_tool(
         self, caller: Session, tool: Tool | None, name: str, arguments: dict[str, Any],
-        call_id: str,
+        call_id: str, builtin: Callable[[dict[str, Any]], Awaitable[str]] | None = None,
     ) -> str:
-        """A tool call from any session, under its agent's allowlist, hooks and permissions."""
+        """A tool call from any session, under its agent's allowlist, hooks and permissions.
+
+        `builtin` runs the engine's own tools (sub-session tools, ask_user) in place of a
+        `Tool` handler, so hooks see every tool call alike.
+        """
         root, is_child = self.resolve_session(caller.session_id)
-        if tool is None or (is_child and not self.agent_allows(caller.session_id, name)):
+        known = tool is not None or builtin is not None
+        if not known or (is_child and not self.agent_allows(caller.session_id, name)):
             raise ToolNotSupported(name)
         hooks = root.config.hooks
         base = {"session_id": caller.session_id, "timestamp": time.time(), "cwd": caller.cwd,
@@ -174,17 +180,19 @@ class Dispatcher:
                     raise PermissionDenied(name, str(reason))
                 if isinstance(decision.get("modifiedArgs"), dict):
                     arguments = decision["modifiedArgs"]
-        if tool.requires_permission:
+        if tool is not None and tool.requires_permission:
             kind = await self.request_permission(caller, {
                 "kind": "custom-tool", "tool_name": name, "arguments": arguments,
                 "tool_call_id": call_id,
             })
             if kind != "approved":
                 raise PermissionDenied(name, kind)
-        invocation = Invocation(caller.session_id, call_id, name, caller.agent_name)
-        if tool.handler is None:
+        if builtin is not None:
+            output = await builtin(arguments)
+        elif tool is None or tool.handler is None:
             output = await self._deferred(root, caller, name, arguments, call_id)
         else:
+            invocation = Invocation(caller.session_id, call_id, name, caller.agent_name)
             output = _as_text(name, await call_maybe_async(tool.handler, arguments, invocation))
         if hooks is not None and hooks.on_post_tool_use is not None:
             changed = await self.run_hook(hooks.on_post_tool_use, {

@@ -43,12 +43,13 @@ class SessionEvent:
 class EventHub:
     """One session's listeners: callbacks and async subscribers."""
 
-    __slots__ = ("_handlers", "_last_id", "_queues")
+    __slots__ = ("_closed", "_handlers", "_last_id", "_queues")
 
     def __init__(self) -> None:
         self._handlers: list[EventHandler] = []
         self._queues: list[asyncio.Queue[SessionEvent | None]] = []
         self._last_id: str | None = None
+        self._closed = False
 
     @property
     def listening(self) -> bool:
@@ -64,19 +65,30 @@ class EventHub:
 
         return off
 
-    async def stream(self) -> AsyncIterator[SessionEvent]:
-        """Every event from now on, until the session is closed."""
+    def stream(self) -> AsyncIterator[SessionEvent]:
+        """Every event from this call on, until the session is closed."""
         queue: asyncio.Queue[SessionEvent | None] = asyncio.Queue()
-        self._queues.append(queue)
+        if self._closed:
+            queue.put_nowait(None)
+        else:
+            self._queues.append(queue)
+        return self._drain(queue)
+
+    async def _drain(
+        self, queue: asyncio.Queue[SessionEvent | None]
+    ) -> AsyncIterator[SessionEvent]:
         try:
             while (event := await queue.get()) is not None:
                 yield event
         finally:
-            self._queues.remove(queue)
+            if queue in self._queues:
+                self._queues.remove(queue)
 
     def close(self) -> None:
+        self._closed = True
         for queue in self._queues:
             queue.put_nowait(None)
+        self._queues.clear()
 
     def deliver(self, event: SessionEvent) -> None:
         for handler in list(self._handlers):

@@ -296,6 +296,9 @@ class SubsessionManager:
         if not child.wrote_meta:  # cancelled before its first step: still one whole rollout
             child.write_meta()
             child.recorder.event({"type": "turn_aborted", "reason": "cancelled"})
+            child.wrote_end = True
+            for grandchild in child.subsessions._children.values():
+                grandchild.cancel()  # its own clean-up never ran: end what it started
         settle: Callable[[asyncio.Future[None] | None], None] = partial(
             self._settle, record, outcome
         )
@@ -324,7 +327,10 @@ class SubsessionManager:
             message = f"child session {child_id} failed: {outcome.error}"
         else:
             message = f"child session {child_id} cancelled"
-        self._session.recorder.event({"type": "background_event", "message": message})
+        parent = self._session
+        parent.recorder.event({"type": "background_event", "message": message})
+        if parent.parent is not None and parent.wrote_end:
+            parent.recorder.flush()  # an ended child flushes nothing more by itself
         data: dict[str, Any] = {
             "tool_call_id": child.call_id, "agent_name": child.agent_name,
             "remote_session_id": child_id, "model": child.model,

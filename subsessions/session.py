@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -91,6 +92,7 @@ class Session:
         self._answering_model: str | None = None
         self.wrote_meta = False
         self.wrote_task = False
+        self.wrote_end = False  # a terminal record is in the buffer or on disk
         self.events = EventHub()
         self.turns = 0
         self.tool_calls = 0
@@ -249,6 +251,7 @@ class Session:
                 raise
             finally:
                 record.event(terminal)
+                self.wrote_end = True
                 self._announce_end(terminal)
         return answer
 
@@ -376,18 +379,27 @@ class Session:
         return function_call_output(call_id, output, success)
 
     async def _dispatch(self, name: str, arguments: str, call_id: str) -> str:
-        if name in subsession_tools.NAMES and self.allows(name):
-            return await subsession_tools.call(self, name, arguments, call_id)
         dispatcher = self.engine.dispatcher
-        if name == ask_user.NAME and self.allows(name):
-            parsed = parse_arguments(name, arguments)
-            check_arguments(name, ask_user.SPEC["parameters"], parsed)
-            return await dispatcher.ask_user(self, parsed["question"], parsed.get("choices"))
         tool = self._tools.get(name)
-        if tool is None:  # denied by the allowlist, or never offered: the handler never runs
-            raise ToolNotSupported(name)
+        builtin: Callable[[dict[str, Any]], Awaitable[str]] | None = None
+        if tool is None:
+            if name in subsession_tools.NAMES and self.allows(name):
+                builtin = partial(self._subsession_tool, name, call_id)
+            elif name == ask_user.NAME and self.allows(name):
+                builtin = self._ask_user
+            else:  # denied by the allowlist, or never offered: no handler runs
+                raise ToolNotSupported(name)
         return await dispatcher.call_tool(
-            self, tool, name, parse_arguments(name, arguments), call_id
+            self, tool, name, parse_arguments(name, arguments), call_id, builtin
+        )
+
+    async def _subsession_tool(self, name: str, call_id: str, arguments: dict[str, Any]) -> str:
+        return await subsession_tools.call_parsed(self, name, arguments, call_id)
+
+    async def _ask_user(self, arguments: dict[str, Any]) -> str:
+        check_arguments(ask_user.NAME, ask_user.SPEC["parameters"], arguments)
+        return await self.engine.dispatcher.ask_user(
+            self, arguments["question"], arguments.get("choices")
         )
 
     def child_config(self, profile: Profile) -> SessionConfig:

@@ -156,8 +156,13 @@ def _dump(value: Any) -> str:
 
 
 async def call(session: Session, name: str, raw: str, call_id: str) -> str:
-    """Run one of the three tools for `session`; errors are raised with DESIGN 3.1 texts."""
-    arguments = parse_arguments(name, raw)
+    """Run one of the sub-session tools for `session`; errors are raised with DESIGN 3.1 texts."""
+    return await call_parsed(session, name, parse_arguments(name, raw), call_id)
+
+
+async def call_parsed(
+    session: Session, name: str, arguments: dict[str, Any], call_id: str
+) -> str:
     manager = session.subsessions
     if name == "create_session":
         profiles = manager.profiles()
