@@ -14,7 +14,7 @@ from attrs import evolve
 
 from subsessions.config import SessionConfig, filter_tools
 from subsessions.dispatch import Dispatcher
-from subsessions.errors import EngineClosed, UnknownSession, UnknownSessionType
+from subsessions.errors import EngineClosed, SessionBusy, UnknownSession, UnknownSessionType
 from subsessions.events import emit
 from subsessions.models.base import ModelClient
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
@@ -122,6 +122,34 @@ class Engine:
         emit(session, "session.start", {"session_id": session.session_id, "source": source})
         await self.dispatcher.invoke_hook(session, "on_session_start", {"source": source})
         return session
+
+    async def resume_session(
+        self, id_or_path: str | os.PathLike[str], config: SessionConfig | None = None
+    ) -> Session:
+        """Continue a session from its rollout, appending to the same file.
+
+        `config` supplies what a rollout cannot hold (tools, handlers, limits).
+        """
+        from subsessions.resume import reopen
+
+        self.check_open()
+        return await reopen(self, id_or_path, fork=False, config=config)
+
+    async def fork_session(
+        self, id_or_path: str | os.PathLike[str], config: SessionConfig | None = None
+    ) -> Session:
+        """A new session (new file, `forked_from_id`) that starts from another's history."""
+        from subsessions.resume import reopen
+
+        self.check_open()
+        return await reopen(self, id_or_path, fork=True, config=config)
+
+    def adopt(self, session: Session) -> None:
+        """Register a session built from disk (resume, fork) as top-level."""
+        if session.session_id in self._sessions:
+            raise SessionBusy(session.session_id)
+        self._sessions[session.session_id] = session
+        self.dispatcher.register(session)
 
     def _top_level_profile(self, profile: str | Profile, config: SessionConfig) -> Profile:
         if isinstance(profile, Profile):

@@ -135,10 +135,12 @@ class _Child:
     __slots__ = ("cancel_requested", "ended_at", "finished", "session", "state", "waited",
                  "waiters")
 
-    def __init__(self, session: Session, task: asyncio.Task[str | None]) -> None:
+    def __init__(self, session: Session, state: ChildState) -> None:
         self.session = session
-        self.state: ChildState = Pending(task)
+        self.state = state
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not isinstance(state, Pending):
+            self.finished.set_result(None)
         self.ended_at: float | None = None
         self.cancel_requested = False
         self.waiters = 0  # waits in progress: an ending they see needs no notice
@@ -247,7 +249,7 @@ class SubsessionManager:
         child = Session(engine, config, parent=parent, profile=chosen, call_id=call_id,
                         source=source)
         task = engine.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
-        record = _Child(child, task)
+        record = _Child(child, Pending(task))
         self._children[child.session_id] = record
         tree._running_in_tree += 1
         parent.recorder.event(
@@ -364,6 +366,12 @@ class SubsessionManager:
     def children(self) -> list[ChildInfo]:
         """Every child of this session, oldest first."""
         return [child.info() for child in self._children.values()]
+
+    def adopt_ended(self, child: Session, state: ChildState, ended_at: float | None) -> None:
+        """Know a child that ended in an earlier run (resume): it can be waited for."""
+        record = _Child(child, state)
+        record.ended_at = ended_at
+        self._children[child.session_id] = record
 
     def tree(self) -> list[Session]:
         """Every descendant session, depth first."""

@@ -65,8 +65,9 @@ class Session:
         profile: Profile | None = None,
         call_id: str | None = None,
         source: str | dict[str, Any] = "exec",
+        resumed: tuple[str, str] | None = None,  # (id, rollout path) of a session on disk
     ) -> None:
-        self.session_id = new_session_id()
+        self.session_id = resumed[0] if resumed else new_session_id()
         self.engine = engine
         self.config = config
         self.parent = parent
@@ -83,14 +84,17 @@ class Session:
         self.token_usage = TokenUsage()
         self.started_at = time.time()
         self.recorder = RolloutRecorder(
-            engine.writer, rollout_path(engine.home, self.session_id, self.started_at)
+            engine.writer,
+            resumed[1] if resumed else rollout_path(engine.home, self.session_id, self.started_at),
         )
         self.subsessions = SubsessionManager(self)
         self._tools = {t.name: t for t in config.tools}
         self._busy = False
         self._specs: tuple[dict[str, Any], ...] | None = None
         self._answering_model: str | None = None
-        self.wrote_meta = False
+        self.wrote_meta = resumed is not None  # a resumed rollout keeps its first session_meta
+        self.forked_from: str | None = None
+        self.resume_report: str | None = None  # what resuming or forking read and skipped
         self.wrote_task = False
         self.wrote_end = False  # a terminal record is in the buffer or on disk
         self.events = EventHub()
@@ -204,6 +208,8 @@ class Session:
         }
         if self.profile is not None:
             payload["session_type"] = self.profile.name
+        if self.forked_from is not None:
+            payload["forked_from_id"] = self.forked_from
         self.recorder.record("session_meta", payload)
 
     def recorder_timestamp(self) -> str:
