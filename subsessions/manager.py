@@ -423,6 +423,8 @@ class SubsessionManager:
         pending = [r.finished for r in records if not r.finished.done()]
         if not pending or (seconds is not None and seconds <= 0):
             return
+        if not every and len(pending) < len(records):
+            return  # one has ended already
         for record in records:
             record.waiters += 1
         try:
@@ -523,8 +525,11 @@ class SubsessionManager:
             return False
         record.cancel()
         await asyncio.wait((record.finished,))
-        record.waited = True  # the caller learns the ending from the return value
         return isinstance(record.state, Cancelled)
+
+    def mark_seen(self, session_id: str) -> None:
+        """The model learned how this child ended (e.g. from cancel_session): no notice."""
+        self._lookup(session_id).waited = True
 
     async def abort_all_children(self) -> None:
         """Cancel every running child and wait until each has settled."""

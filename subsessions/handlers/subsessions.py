@@ -192,7 +192,10 @@ async def call_parsed(
     if name == "wait_session":
         timeout_ms = min(int(arguments["timeout_ms"]), MAX_TIMEOUT_MS)
         return _dump({"result": await manager.wait_child_ms(session_id, timeout_ms)})
-    return _dump({"cancelled": await manager.cancel_child(session_id)})
+    cancelled = await manager.cancel_child(session_id)
+    if cancelled:
+        manager.mark_seen(session_id)  # the model cancelled it: no notice needed
+    return _dump({"cancelled": cancelled})
 
 
 def _timeout_seconds(arguments: dict[str, Any]) -> float:

@@ -1,0 +1,547 @@
+"""Composition through the programmatic API (issue 5; DESIGN 3.2, 3.5, 3.7).
+
+wait_any / wait_all, run_parallel / run_chain, per-child usage and the usage of a
+whole tree, the subagent.* ending events, and a profile run top-level with its
+persona and memory. Children are held "running" by futures the test resolves and
+ordered by events, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from subsessions import (
+    ChildInfo,
+    ChildStatus,
+    Engine,
+    ModelRequest,
+    ModelResponse,
+    Profile,
+    ScriptedModel,
+    Session,
+    SessionConfig,
+    Tool,
+)
+from subsessions.events import SessionEvent
+from subsessions.ids import new_session_id
+from subsessions.manager import WaitResult
+from subsessions.rollouts.reader import Rollout, find_rollout, read_rollout
+from subsessions.usage import Usage
+
+WORKER = Profile(name="worker", description="does work", developer_instructions="You are a worker.")
+TERMINAL = ("task_complete", "turn_aborted", "error")
+ENDINGS = ("subagent.completed", "subagent.failed")
+FOREVER_MS = 3_600_000
+LIMIT_TEXT = (
+    "sub-session limit reached (max_children={n}); wait for or cancel a running session first"
+)
+
+
+# -- helpers ------------------------------------------------------------------------------
+def prompt_of(request: ModelRequest) -> str:
+    """The prompt of the task being run: the last user message."""
+    users = [i for i in request.items if i.get("type") == "message" and i["role"] == "user"]
+    return str(users[-1]["content"][0]["text"])
+
+
+def outputs(request: ModelRequest) -> list[dict[str, Any]]:
+    return [item for item in request.items if item.get("type") == "function_call_output"]
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"type": "function_call", "name": name, "arguments": arguments}
+
+
+class Script:
+    """The model of every session, routed by the task's prompt.
+
+    A prompt with a handler is answered by it; a held prompt waits on its gate
+    until the test answers it; any other prompt is answered `answer to {prompt}`.
+    """
+
+    def __init__(self) -> None:
+        self.model = ScriptedModel(self._respond)
+        self.handlers: dict[str, Callable[[ModelRequest], Any]] = {}
+        self.seen: defaultdict[str, list[ModelRequest]] = defaultdict(list)
+        self.cancelled: list[str] = []
+        self._gates: dict[str, asyncio.Future[Any]] = {}
+        self._started: dict[str, asyncio.Event] = {}
+
+    def _event(self, prompt: str) -> asyncio.Event:
+        return self._started.setdefault(prompt, asyncio.Event())
+
+    def hold(self, *prompts: str) -> None:
+        for prompt in prompts:
+            self._gates[prompt] = asyncio.get_running_loop().create_future()
+
+    def answer(self, prompt: str, response: Any) -> None:
+        self._gates[prompt].set_result(response)
+
+    async def started(self, *prompts: str) -> None:
+        for prompt in prompts:
+            await asyncio.wait_for(self._event(prompt).wait(), 10)
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        return await self.model.respond(request)
+
+    async def _respond(self, request: ModelRequest) -> Any:
+        prompt = prompt_of(request)
+        self.seen[prompt].append(request)
+        self._event(prompt).set()
+        handler = self.handlers.get(prompt)
+        if handler is not None:
+            result = handler(request)
+            return await result if inspect.isawaitable(result) else result
+        gate = self._gates.get(prompt)
+        if gate is None:
+            return [f"answer to {prompt}"]
+        try:
+            return await gate
+        except asyncio.CancelledError:
+            self.cancelled.append(prompt)
+            raise
+
+
+class Watch:
+    """Every event of a top-level session (its descendants' are forwarded to it)."""
+
+    def __init__(self) -> None:
+        self.events: list[SessionEvent] = []
+        self._ended: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+
+    def __call__(self, event: SessionEvent) -> None:
+        self.events.append(event)
+        if event.type in ENDINGS:
+            self._ended[event.data["remote_session_id"]].set()
+
+    async def ended(self, *session_ids: str) -> None:
+        for session_id in session_ids:
+            await asyncio.wait_for(self._ended[session_id].wait(), 10)
+
+    def endings(self, session_id: str | None = None) -> list[SessionEvent]:
+        return [
+            e
+            for e in self.events
+            if e.type in ENDINGS
+            and (session_id is None or e.data["remote_session_id"] == session_id)
+        ]
+
+
+def rollout_of(home: Path, session_id: str) -> Rollout:
+    return read_rollout(find_rollout(home, session_id))
+
+
+def terminals(rollout: Rollout) -> list[str]:
+    return [
+        r["payload"]["type"]
+        for r in rollout.records
+        if r["type"] == "event_msg" and r["payload"]["type"] in TERMINAL
+    ]
+
+
+def notes(rollout: Rollout) -> list[str]:
+    return [e["message"] for e in rollout.events("background_event")]
+
+
+def rollout_usage(rollout: Rollout) -> Usage:
+    """What a session cost, counted from its rollout alone."""
+    counts = rollout.events("token_count")
+    total = counts[-1]["info"]["total_token_usage"] if counts else {}
+    calls = [i for i in rollout.response_items() if i["type"] == "function_call"]
+    return Usage(
+        input_tokens=total.get("input_tokens", 0),
+        output_tokens=total.get("output_tokens", 0),
+        tool_calls=len(calls),
+        turns=len(counts),  # one token_count per model call
+    )
+
+
+@pytest.fixture
+def script() -> Script:
+    return Script()
+
+
+@pytest.fixture
+def watch() -> Watch:
+    return Watch()
+
+
+@pytest.fixture
+async def engine(home: Path, script: Script) -> AsyncIterator[Engine]:
+    async with Engine(home, model_client=script.model, model="engine-model") as engine:
+        yield engine
+
+
+@pytest.fixture
+async def parent(engine: Engine, watch: Watch) -> Session:
+    session = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+    session.on(watch)
+    return session
+
+
+# -- wait_any / wait_all --------------------------------------------------------------------
+async def test_wait_any_returns_at_the_first_ending_and_the_rest_run_on(
+    parent: Session, script: Script, watch: Watch
+) -> None:
+    manager = parent.subsessions
+    script.hold("alpha", "bravo", "charlie")
+    a, b, c = [await manager.spawn_child("worker", p) for p in ("alpha", "bravo", "charlie")]
+    await script.started("alpha", "bravo", "charlie")
+
+    waiting = asyncio.create_task(manager.wait_any([a, b, c]))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # nobody has ended yet
+    script.answer("bravo", ["bravo answer"])  # the middle one ends first
+    first = await waiting
+    assert first.timed_out is False
+    assert first.unknown == ()
+    assert list(first.children) == [a, b, c]
+    assert all(isinstance(info, ChildInfo) for info in first.children.values())
+    assert {cid: info.status for cid, info in first.children.items()} == {
+        a: ChildStatus.PENDING, b: ChildStatus.DONE, c: ChildStatus.PENDING,
+    }
+    assert first.children[b].result == "bravo answer"
+
+    # charlie ends while nobody waits; a second wait_any returns at once (one has ended)
+    # and reports both that have ended
+    script.answer("charlie", ["charlie answer"])
+    await watch.ended(c)
+    try:
+        second = await asyncio.wait_for(manager.wait_any([a, b, c]), 5)
+    except TimeoutError:
+        pytest.fail("wait_any kept waiting although two of its children had already ended")
+    assert second.timed_out is False
+    assert {cid: info.outcome() for cid, info in second.children.items()} == {
+        a: {"status": "pending"},
+        b: {"status": "done", "result": "bravo answer"},
+        c: {"status": "done", "result": "charlie answer"},
+    }
+    assert manager.status(a) is ChildStatus.PENDING  # not cancelled by any of the waits
+    assert script.cancelled == []
+
+    script.answer("alpha", ["alpha answer"])
+    assert await manager.wait_child(a) == "alpha answer"
+
+
+async def test_wait_any_and_wait_all_time_out_and_leave_the_children_running(
+    parent: Session, script: Script, watch: Watch
+) -> None:
+    manager = parent.subsessions
+    script.hold("charlie")
+    a = await manager.spawn_child("worker", "alpha")
+    b = await manager.spawn_child("worker", "bravo")
+    c = await manager.spawn_child("worker", "charlie")
+    await watch.ended(a, b)
+    await script.started("charlie")
+
+    every = await manager.wait_all([a, b, c], timeout=0.02)
+    assert every.timed_out is True
+    assert {cid: info.outcome() for cid, info in every.children.items()} == {
+        a: {"status": "done", "result": "answer to alpha"},
+        b: {"status": "done", "result": "answer to bravo"},
+        c: {"status": "pending"},
+    }
+    only_c = await manager.wait_any([c], timeout=0.01)
+    assert only_c.timed_out is True
+    assert only_c.children[c].status is ChildStatus.PENDING
+    assert manager.status(c) is ChildStatus.PENDING
+    assert script.cancelled == []
+
+    assert await manager.cancel_child(c) is True
+    assert script.cancelled == ["charlie"]
+    after = await manager.wait_all([a, b, c])
+    assert after.timed_out is False
+    assert after.children[c].outcome() == {"status": "cancelled", "error": "cancelled"}
+
+
+async def test_wait_many_reports_unknown_ids_without_failing(
+    engine: Engine, parent: Session, script: Script
+) -> None:
+    other = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+    theirs = await other.subsessions.spawn_child("worker", "theirs")
+    mine = await parent.subsessions.spawn_child("worker", "mine")
+    stranger = new_session_id()
+
+    seen = await parent.subsessions.wait_all([mine, stranger, theirs, "not-an-id"])
+    assert seen.timed_out is False
+    assert list(seen.children) == [mine]
+    assert seen.children[mine].result == "answer to mine"
+    assert seen.unknown == (stranger, theirs, "not-an-id")
+
+    # nothing known to wait for: both return at once, nothing timed out
+    assert await parent.subsessions.wait_any([stranger]) == WaitResult({}, (stranger,), False)
+    assert await parent.subsessions.wait_all([theirs]) == WaitResult({}, (theirs,), False)
+    assert await other.subsessions.wait_child(theirs) == "answer to theirs"
+
+
+# -- run_parallel / run_chain ------------------------------------------------------------
+async def test_run_parallel_overlaps_and_returns_results_in_task_order(
+    parent: Session, script: Script, watch: Watch
+) -> None:
+    prompts = ["p0", "p1", "p2"]
+    arrived = {p: asyncio.Event() for p in prompts}
+
+    def child(me: str, after: str | None) -> Callable[[ModelRequest], Any]:
+        async def respond(request: ModelRequest) -> Any:
+            arrived[me].set()
+            for other in prompts:  # only possible if all three run at the same time
+                await asyncio.wait_for(arrived[other].wait(), 10)
+            if after is not None:  # end in reverse task order
+                await watch.ended(script.seen[after][0].session_id)
+            return [f"{me} done"]
+
+        return respond
+
+    script.handlers.update(p0=child("p0", "p1"), p1=child("p1", "p2"), p2=child("p2", None))
+    run = await parent.subsessions.run_parallel([("worker", p) for p in prompts])
+
+    assert run.timed_out is False
+    assert run.failed_step is None
+    assert [step.index for step in run.steps] == [0, 1, 2]
+    assert run.results == ["p0 done", "p1 done", "p2 done"]
+    ids = [script.seen[p][0].session_id for p in prompts]
+    assert [step.child.session_id for step in run.steps if step.child] == ids
+    assert [e.data["remote_session_id"] for e in watch.endings()] == ids[::-1]
+    assert [step.outcome() for step in run.steps] == [
+        {"session_id": cid, "session_type": "worker", "status": "done", "result": f"{p} done"}
+        for cid, p in zip(ids, prompts, strict=True)
+    ]
+
+
+async def test_run_children_are_ordinary_children(
+    parent: Session, script: Script, home: Path, engine: Engine
+) -> None:
+    script.hold("stuck")
+    running = asyncio.create_task(
+        parent.subsessions.run_parallel([("worker", "kept"), ("worker", "stuck")])
+    )
+    await script.started("stuck")
+    stuck = script.seen["stuck"][0].session_id
+    listed = [info.session_id for info in parent.subsessions.children()]
+    assert listed == [script.seen["kept"][0].session_id, stuck]
+    assert await parent.subsessions.cancel_child(stuck) is True  # cancellable mid-run
+
+    run = await running
+    assert run.results == ["answer to kept", None]
+    assert [step.child.status for step in run.steps if step.child] == [
+        ChildStatus.DONE, ChildStatus.CANCELLED,
+    ]
+    await engine.close()
+    parent_notes = notes(rollout_of(home, parent.session_id))
+    for cid, ending in zip(listed, ("completed", "cancelled"), strict=True):
+        rollout = rollout_of(home, cid)
+        assert rollout.meta["source"]["subsession"]["parent_session_id"] == parent.session_id
+        assert rollout.meta["session_type"] == "worker"
+        assert len(terminals(rollout)) == 1
+        assert parent_notes.count(f"child session {cid} {ending}") == 1
+        assert sum(n.startswith(f"spawned child session {cid} ") for n in parent_notes) == 1
+
+
+async def test_run_parallel_over_the_child_limit_fails_the_overflow_steps(
+    engine: Engine, script: Script
+) -> None:
+    top = await engine.create_session(SessionConfig(max_children=2, custom_agents=(WORKER,)))
+    run = await top.subsessions.run_parallel([("worker", f"p{i}") for i in range(4)])
+    assert run.results[:2] == ["answer to p0", "answer to p1"]
+    for step in run.steps[2:]:
+        assert step.child is None
+        assert step.outcome() == {"status": "failed", "error": LIMIT_TEXT.format(n=2)}
+    assert script.seen["p2"] == script.seen["p3"] == []
+    assert len(top.subsessions.children()) == 2
+
+
+async def test_run_chain_feeds_each_result_into_the_next_prompt(
+    parent: Session, script: Script
+) -> None:
+    run = await parent.subsessions.run_chain(
+        [("worker", "start"), ("worker", "then {previous}"), ("worker", "last: {previous}!")]
+    )
+    assert run.failed_step is None
+    assert run.timed_out is False
+    second, third = "then answer to start", "last: answer to then answer to start!"
+    assert [len(script.seen[p]) for p in ("start", second, third)] == [1, 1, 1]
+    assert run.results == ["answer to start", f"answer to {second}", f"answer to {third}"]
+    assert len(parent.subsessions.children()) == 3
+
+
+async def test_run_chain_stops_at_a_failing_middle_step(parent: Session, script: Script) -> None:
+    script.handlers["then answer to start"] = lambda request: RuntimeError("middle broke")
+    run = await parent.subsessions.run_chain(
+        [("worker", "start"), ("worker", "then {previous}"), ("worker", "never {previous}")]
+    )
+    assert run.failed_step == 1
+    assert run.timed_out is False
+    assert len(run.steps) == 2
+    assert run.steps[0].outcome()["status"] == "done"
+    assert run.steps[1].outcome()["status"] == "failed"
+    assert run.steps[1].outcome()["error"] == "middle broke"
+    assert [p for p in script.seen if p.startswith("never")] == []
+    assert len(parent.subsessions.children()) == 2  # the last step was never spawned
+
+
+# -- usage and the ending events -------------------------------------------------------------
+class FallbackModel:
+    """Answers `primary-model` requests as if its fallback `backup-model` had stood in."""
+
+    def __init__(self, inner: Script) -> None:
+        self.inner = inner
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        response = await self.inner.respond(request)
+        if request.model == "primary-model":
+            return ModelResponse(output=response.output, usage=response.usage, model="backup-model")
+        return response
+
+
+async def test_child_usage_duration_and_answering_model(home: Path, script: Script) -> None:
+    lookup = Tool("lookup", "looks things up", handler=lambda arguments, invocation: "found")
+    script.handlers["research"] = lambda request: (
+        [call("lookup")] if not outputs(request) else ["researched"]
+    )
+    script.hold("plain")
+    fallback = Profile(name="fb", model="primary-model", fallback_models=("backup-model",))
+    watch = Watch()
+    async with Engine(home, model_client=FallbackModel(script), model="engine-model") as engine:
+        top = await engine.create_session(
+            SessionConfig(tools=(lookup,), custom_agents=(WORKER, fallback))
+        )
+        top.on(watch)
+        before = time.time()
+        plain = await top.subsessions.spawn_child("worker", "plain")
+        assert top.subsessions.info(plain).duration_ms is None  # still running
+        script.answer("plain", ["plain answer"])
+        research = await top.subsessions.spawn_child("fb", "research")
+        for cid in (plain, research):
+            await top.subsessions.wait_child(cid)
+        elapsed_ms = (time.time() - before) * 1000
+
+        info = top.subsessions.info(research)
+        assert info.usage.turns == 2
+        assert info.usage.tool_calls == 1
+        assert info.usage.input_tokens > 0
+        assert info.usage.output_tokens > 0
+        assert info.usage.total_tokens == info.usage.input_tokens + info.usage.output_tokens
+        assert info.usage == rollout_usage(rollout_of(home, research))
+        assert (info.model, info.answering_model) == ("primary-model", "backup-model")
+        plain_info = top.subsessions.info(plain)
+        assert (plain_info.model, plain_info.answering_model) == ("engine-model", "engine-model")
+        assert plain_info.usage == Usage(
+            plain_info.usage.input_tokens, plain_info.usage.output_tokens, 0, 1
+        )
+        for child in (info, plain_info):
+            assert isinstance(child.duration_ms, int)
+            assert 0 <= child.duration_ms <= elapsed_ms + 1
+
+            [ended] = watch.endings(child.session_id)
+            assert ended.type == "subagent.completed"
+            assert ended.data["total_tokens"] == child.usage.total_tokens
+            assert ended.data["total_tool_calls"] == child.usage.tool_calls
+            assert ended.data["duration_ms"] == child.duration_ms
+
+
+@pytest.mark.parametrize("how", ["completed", "failed", "cancelled"])
+async def test_the_ending_event_says_how_the_child_ended(
+    parent: Session, script: Script, watch: Watch, how: str
+) -> None:
+    script.hold("job")
+    cid = await parent.subsessions.spawn_child("worker", "job")
+    await script.started("job")
+    if how == "cancelled":
+        assert await parent.subsessions.cancel_child(cid) is True
+    else:
+        script.answer("job", ["job answer"] if how == "completed" else RuntimeError("job broke"))
+        await watch.ended(cid)
+    [ended] = watch.endings(cid)
+    info = parent.subsessions.info(cid)
+    data = ended.data
+    assert data["remote_session_id"] == cid
+    assert data["agent_name"] == "worker"
+    assert data["total_tokens"] == info.usage.total_tokens
+    assert data["total_tool_calls"] == 0
+    assert data["duration_ms"] == info.duration_ms
+    if how == "completed":
+        assert ended.type == "subagent.completed"
+        assert "error" not in data
+        assert not data.get("cancelled", False)
+    elif how == "failed":
+        assert ended.type == "subagent.failed"
+        assert data["error"] == "job broke"
+        assert data["cancelled"] is False
+    else:
+        assert ended.type == "subagent.failed"
+        assert data["cancelled"] is True
+
+
+async def test_tree_usage_is_the_sum_of_parent_child_and_grandchild(
+    engine: Engine, parent: Session, script: Script, home: Path
+) -> None:
+    def waits_on(next_prompt: str) -> Callable[[ModelRequest], Any]:
+        def respond(request: ModelRequest) -> Any:
+            done = outputs(request)
+            if not done:
+                return [call("create_session", session_type="worker", prompt=next_prompt)]
+            if len(done) == 1:
+                child = orjson.loads(done[0]["output"])["session_id"]
+                return [call("wait_session", session_id=child, timeout_ms=FOREVER_MS)]
+            return [f"saw {done[-1]['output']}"]
+
+        return respond
+
+    script.handlers["top"] = waits_on("child")
+    script.handlers["child"] = waits_on("grandchild")
+    assert await parent.send_and_wait("top") == (
+        'saw {"result":"saw {\\"result\\":\\"answer to grandchild\\"}"}'
+    )
+    [child] = parent.subsessions.children()
+    [grandchild] = [s for s in parent.subsessions.tree() if s.session_id != child.session_id]
+    assert grandchild.parent is not None and grandchild.parent.session_id == child.session_id
+
+    await engine.close()
+    parts = [
+        rollout_usage(rollout_of(home, sid))
+        for sid in (parent.session_id, child.session_id, grandchild.session_id)
+    ]
+    assert [p.turns for p in parts] == [3, 3, 1]
+    assert [p.tool_calls for p in parts] == [2, 2, 0]
+    assert parent.usage() == parts[0]
+    assert parent.subsessions.info(child.session_id).usage == parts[1]
+    assert parent.usage(include_children=True) == Usage.total(parts)
+
+
+# -- persona and memory --------------------------------------------------------------------
+async def test_a_profile_run_top_level_gets_its_persona_and_memory(
+    engine: Engine, script: Script, home: Path
+) -> None:
+    marker = new_session_id()
+    profile = Profile(
+        name="character",
+        developer_instructions="Play the character.",
+        persona=f"PERSONA {marker}",
+        memory=f"MEMORY {marker}",
+    )
+    config = SessionConfig(custom_agents=(profile,))
+    by_name = await engine.create_session(config, profile="character")
+    by_object = await engine.create_session(SessionConfig(), profile=profile)
+    for session, prompt in ((by_name, "top by name"), (by_object, "top by object")):
+        assert await session.send_and_wait(prompt) == f"answer to {prompt}"
+        [request] = script.seen[prompt]
+        assert request.session_id == session.session_id
+        for part in ("Play the character.", f"PERSONA {marker}", f"MEMORY {marker}"):
+            assert part in request.instructions
+
+    # the same profile as a child of that session: developer instructions only
+    cid = await by_name.subsessions.spawn_child("character", "as a child")
+    assert await by_name.subsessions.wait_child(cid) == "answer to as a child"
+    [request] = script.seen["as a child"]
+    assert request.instructions == "Play the character."
+    assert marker not in orjson.dumps([request.instructions, request.items, request.tools]).decode()
+    assert marker.encode() not in find_rollout(home, cid).read_bytes()
