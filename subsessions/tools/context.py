@@ -1,0 +1,63 @@
+"""What the built-in tools of one session run under: workspace, sandbox and approval policy."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import attrs
+from attrs import field, frozen
+
+SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
+APPROVAL_POLICIES = ("untrusted", "on-request", "never")
+NO_APPROVAL = "denied-no-approval-rule-and-could-not-request-from-user"
+
+AskPermission = Callable[[dict[str, Any]], Awaitable[str] | str]  # async, or a plain function
+
+
+def _one_of(name: str, allowed: tuple[str, ...]) -> Callable[[Any, Any, str], None]:
+    def check(_instance: Any, _attribute: Any, value: str) -> None:
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of: {', '.join(allowed)}; not {value!r}")
+
+    return check
+
+
+def _positive(_instance: Any, _attribute: Any, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 64:
+        raise ValueError(f"output_budget_bytes must be an integer >= 64, not {value!r}")
+
+
+def _paths(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+@frozen
+class ToolContext:
+    """The session's workspace and policies; a child gets `for_child()` of its parent's.
+
+    `sandbox`: `read-only` (nothing writable), `workspace-write` (`cwd`, `writable_roots`
+    and the temp dirs writable; network off unless `network_access`), `danger-full-access`
+    (no sandbox). `approval` has Codex's meanings: `never` never asks (an escalation
+    request is refused), `on-request` asks `ask_permission` when the model requests to run
+    outside the sandbox, `untrusted` asks before any command that is not known to be a
+    safe read-only one. No `ask_permission` means every question is answered
+    `denied-no-approval-rule-and-could-not-request-from-user`.
+    """
+
+    cwd: str
+    sandbox: str = field(default="workspace-write", validator=_one_of("sandbox", SANDBOX_MODES))
+    network_access: bool = False
+    approval: str = field(default="never", validator=_one_of("approval", APPROVAL_POLICIES))
+    ask_permission: AskPermission | None = None
+    writable_roots: tuple[str, ...] = field(default=(), converter=_paths)
+    output_budget_bytes: int = field(default=64 * 1024, validator=_positive)
+    # Codex's switches to keep $TMPDIR and /tmp out of the writable roots of workspace-write
+    exclude_tmpdir_env_var: bool = False
+    exclude_slash_tmp: bool = False
+
+    def for_child(self) -> ToolContext:
+        """The same workspace and sandbox, approvals forced non-interactive (DESIGN 4)."""
+        return attrs.evolve(self, approval="never", ask_permission=None)
