@@ -88,6 +88,11 @@ class SessionConfig:
     max_children: int = field(default=8, validator=_non_negative("max_children"))
     max_turns: int = field(default=24, validator=_non_negative("max_turns"))
     notify_on_child_end: bool = True  # tell the model of children that ended unwaited
+    # shell / apply_patch / read_file / list_dir: True for all, or a tuple of their names
+    builtin_tools: bool | tuple[str, ...] = False
+    sandbox: str = "workspace-write"  # read-only | workspace-write | danger-full-access
+    network_access: bool = False  # under workspace-write
+    approval: str = "on-request"  # untrusted | on-request | never (children: always never)
 
     def __attrs_post_init__(self) -> None:
         names = [t.name for t in self.tools]

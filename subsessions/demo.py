@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, TextIO
 import orjson
 
 from subsessions.config import SessionConfig
+from subsessions.demo_work import run_work_scene
 from subsessions.engine import Engine
 from subsessions.models.base import ModelRequest
 from subsessions.models.scripted import ScriptedModel, ScriptResponse
@@ -138,7 +140,7 @@ async def run_demo(home: Path, out: TextIO) -> int:
     )
     async with Engine(home, model_client=model, model="scripted-demo", profiles=profiles) as engine:
         parent = await engine.create_session(SessionConfig(instructions=PARENT_INSTRUCTIONS))
-        out.write(f"parent session {parent.session_id}\n")
+        out.write(f"== scene 1: fan-out, wait, cancel\nparent session {parent.session_id}\n")
         started = time.perf_counter()
         answer = await parent.send_and_wait("Answer four questions about this project.")
         elapsed = time.perf_counter() - started
@@ -148,6 +150,8 @@ async def run_demo(home: Path, out: TextIO) -> int:
             first = text.splitlines()[0]
             out.write(f"  {info.session_type:<13} {info.status.value:<10} {first}\n")
         out.write(f"\nparent's answer:\n{answer}\n")
+    with tempfile.TemporaryDirectory(prefix="subsessions-workspace-") as workspace:
+        await run_work_scene(home, Path(workspace), profiles, out)
     out.write(f"\nrollout tree ({home}):\n")
     print_tree(rollout_tree(home), out)
     return 0

@@ -246,8 +246,9 @@ class SubsessionManager:
                 "call_id": call_id,
             }
         }
+        context = parent.tool_context.for_child() if parent.tool_context else None
         child = Session(engine, config, parent=parent, profile=chosen, call_id=call_id,
-                        source=source)
+                        source=source, tool_context=context)
         task = engine.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
         record = _Child(child, Pending(task))
         self._children[child.session_id] = record

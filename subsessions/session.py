@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from subsessions._version import __version__
-from subsessions.config import SessionConfig, filter_tools
+from subsessions.config import SessionConfig, Tool, filter_tools
 from subsessions.dispatch import ToolNotSupported
 from subsessions.errors import (
     InvalidArguments,
@@ -38,6 +38,7 @@ from subsessions.manager import SubsessionManager
 from subsessions.models.base import ModelRequest, TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
+from subsessions.tools import BUILTIN_TOOL_NAMES, ToolContext, builtin_tools
 from subsessions.usage import Usage
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class Session:
         call_id: str | None = None,
         source: str | dict[str, Any] = "exec",
         resumed: tuple[str, str] | None = None,  # (id, rollout path) of a session on disk
+        tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
     ) -> None:
         self.session_id = resumed[0] if resumed else new_session_id()
         self.engine = engine
@@ -88,7 +90,11 @@ class Session:
             resumed[1] if resumed else rollout_path(engine.home, self.session_id, self.started_at),
         )
         self.subsessions = SubsessionManager(self)
-        self._tools = {t.name: t for t in config.tools}
+        self.tool_context = tool_context or self._own_tool_context()
+        tools = config.tools
+        if self.tool_context is not None and parent is None:
+            tools += builtin_tools(self.tool_context, _builtin_names(config))
+        self._tools = {t.name: t for t in tools}
         self._busy = False
         self._specs: tuple[dict[str, Any], ...] | None = None
         self._answering_model: str | None = None
@@ -109,6 +115,17 @@ class Session:
     def agent_name(self) -> str | None:
         """The profile a child runs (None for a top-level session)."""
         return self.profile.name if self.profile is not None and self.parent else None
+
+    def _own_tool_context(self) -> ToolContext | None:
+        """A top-level session's workspace and policies, when it asked for built-in tools."""
+        config = self.config
+        if not config.builtin_tools or self.parent is not None:
+            return None
+        return ToolContext(
+            cwd=self.cwd, sandbox=config.sandbox, network_access=config.network_access,
+            approval=config.approval,
+            ask_permission=partial(self.engine.dispatcher.request_permission, self),
+        )
 
     def on(self, handler: EventHandler) -> Callable[[], None]:
         """Call `handler` with each event of this session and its descendants."""
@@ -409,15 +426,28 @@ class Session:
         )
 
     def child_config(self, profile: Profile) -> SessionConfig:
-        """A child's config: the profile's instructions and model, our tools filtered, our cwd."""
+        """A child's config: the profile's instructions and model, our tools filtered, our cwd.
+
+        Built-in tools are made anew for the child: bound to its non-interactive context.
+        """
         model = self.model if profile.model == "inherit" else profile.model
+        custom = [t for t in self.config.tools if t.name not in BUILTIN_TOOL_NAMES]
+        builtins: tuple[Tool, ...] = ()
+        if self.tool_context is not None:
+            names = [t.name for t in self._tools.values() if t.name in BUILTIN_TOOL_NAMES]
+            builtins = builtin_tools(self.tool_context.for_child(), names)
         return SessionConfig(
             model=model,
             instructions=profile.developer_instructions,
-            tools=filter_tools(self._tools.values(), profile.tools),
+            tools=filter_tools((*custom, *builtins), profile.tools),
             cwd=self.cwd,
             max_depth=self.config.max_depth,
             max_children=self.config.max_children,
             max_turns=profile.max_turns,
             notify_on_child_end=self.config.notify_on_child_end,
         )
+
+
+def _builtin_names(config: SessionConfig) -> tuple[str, ...] | None:
+    chosen = config.builtin_tools
+    return None if chosen is True else tuple(chosen or ())
