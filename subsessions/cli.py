@@ -38,6 +38,18 @@ def _parser() -> argparse.ArgumentParser:
     model_options.add_argument("--max-depth", type=int, help="how deep sub-sessions may nest")
     model_options.add_argument("--max-children", type=int,
                                help="sub-sessions running at once in the tree")
+    work_options = argparse.ArgumentParser(add_help=False)
+    work_options.add_argument(
+        "--sandbox", choices=("read-only", "workspace-write", "danger-full-access"),
+        default="workspace-write",
+        help="what shell commands may touch (default workspace-write: the current directory)",
+    )
+    work_options.add_argument(
+        "--approval", choices=("untrusted", "on-request", "never"), default="never",
+        help="when to ask before running a command (default never; sub-sessions never ask)",
+    )
+    work_options.add_argument("--network", action="store_true",
+                              help="allow network access under workspace-write")
     parser = argparse.ArgumentParser(
         prog="subsessions",
         description="Spawn, drive, wait for, cancel and inspect LLM sub-sessions.",
@@ -50,13 +62,31 @@ def _parser() -> argparse.ArgumentParser:
         "unless --home is given.",
     )
     run = commands.add_parser(
-        "run", parents=[common, model_options],
+        "run", parents=[common, model_options, work_options],
         help="run a session with the sub-session tools on the configured model",
         description="Runs PROMPT to completion on the configured model; prints the final "
         "message. Ctrl-C cancels the session and every sub-session (exit 130).",
     )
     run.add_argument("prompt")
     run.add_argument("--profile", help="run this profile top-level (its persona and memory too)")
+
+    resume = commands.add_parser(
+        "resume", parents=[common, model_options, work_options],
+        help="continue a session from its rollout with a new prompt",
+        description="Rebuilds the session's history from its rollout (an id, a unique prefix "
+        "or a path), appends to the same file, and runs PROMPT; prints the final message.",
+    )
+    resume.add_argument("id")
+    resume.add_argument("prompt")
+
+    mcp = commands.add_parser(
+        "mcp", parents=[common, model_options],
+        help="serve the sub-session tools to an MCP host (stdio, or --http)",
+        description="An MCP server offering create_session, wait_session, wait_sessions, "
+        "cancel_session and list_sessions; each client connection is one top-level session.",
+    )
+    mcp.add_argument("--http", metavar="HOST:PORT",
+                     help="serve streamable HTTP instead of stdio (loopback by default)")
 
     profiles = commands.add_parser("profiles", help="the loaded profiles")
     profile_commands = profiles.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -88,37 +118,68 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         out.write("(a temporary home, removed now; pass --home DIR to keep the rollouts)\n")
         return code
     home: Path = args.home or default_home()
-    if args.command == "run":
+    if args.command in ("run", "resume"):
         return _run_prompt(args, home, out)
+    if args.command == "mcp":
+        from subsessions.mcp.server import run_mcp_command  # the optional [mcp] extra
+
+        return run_mcp_command(args, home, settings_from_args(args, home))
     if args.command == "profiles":
         return _profiles(args, home, out)
     return run_rollouts(args, home, out)
 
 
-def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
+def settings_from_args(args: argparse.Namespace, home: Path) -> Settings:
+    """config.toml under `home`, overridden by the model options of the command line."""
     for flag in ("max_depth", "max_children"):
         value = getattr(args, flag)
         if value is not None and value < 0:
             raise ConfigError("command line", f"--{flag.replace('_', '-')}", "must be >= 0")
-    settings = with_overrides(
+    return with_overrides(
         load_settings(home), model=args.model, base_url=args.base_url, wire_api=args.wire_api,
         api_key_env=args.api_key_env, max_depth=args.max_depth, max_children=args.max_children,
     )
-    answer = asyncio.run(_run_session(home, settings, args.prompt, args.profile))
+
+
+def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
+    settings = settings_from_args(args, home)
+    resume = args.id if args.command == "resume" else None
+    config = SessionConfig(
+        max_depth=settings.max_depth, max_children=settings.max_children, builtin_tools=True,
+        cwd=os.getcwd(), sandbox=args.sandbox, approval=args.approval,
+        network_access=args.network, permission_handler=_ask_on_terminal,
+    )
+    answer = asyncio.run(
+        _run_session(home, settings, config, args.prompt, getattr(args, "profile", None), resume)
+    )
     out.write(f"{answer or ''}\n")
     return 0
 
 
+def _ask_on_terminal(request: dict[str, object]) -> str:
+    """The top-level session's approvals, asked on the terminal when there is one."""
+    if not sys.stdin.isatty():
+        return "denied-no-approval-rule-and-could-not-request-from-user"
+    what = request.get("command") or request.get("paths") or request.get("tool_name")
+    reason = request.get("justification") or request.get("reason") or ""
+    answer = input(f"subsessions: allow {request.get('kind')} {what} ({reason})? [y/N] ")
+    return "approved" if answer.strip().lower() in ("y", "yes") else "denied-interactively-by-user"
+
+
 async def _run_session(
-    home: Path, settings: Settings, prompt: str, profile: str | None
+    home: Path, settings: Settings, config: SessionConfig, prompt: str, profile: str | None,
+    resume: str | None,
 ) -> str | None:
     client = build_model_client(settings)
     try:
         async with Engine(home, model_client=client, model=settings.model,
                           model_provider=settings.model_provider) as engine:
-            config = SessionConfig(max_depth=settings.max_depth,
-                                   max_children=settings.max_children)
-            session = await engine.create_session(config, source="cli", profile=profile)
+            if resume is None:
+                session = await engine.create_session(config, source="cli", profile=profile)
+            else:
+                session = await engine.resume_session(resume, config)
+                if session.resume_report and "skipped" in session.resume_report:
+                    print(f"subsessions: {session.resume_report}", file=sys.stderr)
             return await session.send_and_wait(prompt)
     finally:
         await client.aclose()

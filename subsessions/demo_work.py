@@ -69,9 +69,8 @@ def test_command() -> list[str]:
 
 def lint_command() -> list[str]:
     """ruff when it is installed, else the sample's own unused-import checker."""
-    ruff = shutil.which("ruff")
-    if ruff is not None:
-        return [ruff, "check", "--no-cache", "calc"]
+    if importlib.util.find_spec("ruff") is not None:
+        return [sys.executable, "-m", "ruff", "check", "--no-cache", "calc"]
     return [sys.executable, "lint.py", "calc/__init__.py"]
 
 

@@ -1,0 +1,342 @@
+"""The MCP server behind `subsessions mcp`: the sub-session tools and rollout resources.
+
+Each client connection is one top-level session (`source: "mcp"`), created on the
+connection's first tool call; its children are what `list_sessions` lists and what
+the wait and cancel tools reach. When the connection ends, its session is destroyed:
+every child still running is aborted (their rollouts end with `turn_aborted`).
+
+On stdio one process serves one client, so the connection is the process's. On
+streamable HTTP it is the MCP session (`Mcp-Session-Id`): it ends on DELETE, on the
+idle timeout, or when the server stops. Stateless 2026-era HTTP requests have no
+connection to keep children in, so they are refused with a clear error (and
+`server/discover` is not offered over HTTP, so `mode="auto"` clients fall back to
+the handshake, which is stateful).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import mcp_types as types
+import orjson
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from subsessions._version import __version__
+from subsessions.config import SessionConfig
+from subsessions.engine import Engine
+from subsessions.errors import EngineClosed, SubsessionError, UnknownSession
+from subsessions.handlers import subsessions as subsession_tools
+from subsessions.handlers.arguments import check_arguments
+from subsessions.manager import ChildInfo, ChildStatus
+from subsessions.mcp.transcript import render_transcript
+from subsessions.rollouts import find_rollout, read_rollout
+from subsessions.session import Session, error_text
+from subsessions.settings import Settings
+
+log = logging.getLogger("subsessions.mcp")
+
+Context = ServerRequestContext[Any, Any]
+
+TOOL_NAMES = ("create_session", "wait_session", "wait_sessions", "cancel_session",
+              "list_sessions")
+LIST_SCHEMA: dict[str, Any] = {"type": "object", "properties": {},
+                               "additionalProperties": False}
+LIST_DESCRIPTION = ("The sub-sessions started on this connection, oldest first: id, profile, "
+                    "status, turns so far, result or error, and the rollout:// URI of each "
+                    "transcript.")
+PROGRESS_INTERVAL = 0.1  # seconds between looks at the awaited children
+RESOURCE_NOT_FOUND = -32002
+SCHEME = "rollout://"
+INSTRUCTIONS = (
+    "Delegate work to sub-sessions: create_session starts one from a profile and returns its "
+    "id at once; wait_session / wait_sessions collect answers (with progress notifications "
+    "when asked for); cancel_session stops one; list_sessions shows them all. Each connection "
+    "is one parent session: disconnecting cancels its running sub-sessions. Every session's "
+    "transcript is the resource rollout://{session_id}."
+)
+_STATE_KEY = "subsessions.client"
+
+
+class ClientConnection:
+    """One MCP client connection: its top-level session, made on first use."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._session: Session | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        sid = self._session.session_id if self._session else None
+        return f"<ClientConnection session={sid} closed={self._closed}>"
+
+    @property
+    def session_or_none(self) -> Session | None:
+        return self._session
+
+    async def session(self) -> Session:
+        async with self._lock:
+            if self._closed:
+                raise EngineClosed()
+            if self._session is None:
+                config = SessionConfig(max_depth=self._settings.max_depth,
+                                       max_children=self._settings.max_children)
+                session = await self._engine.create_session(config, source="mcp")
+                await session.recorder.flush_durable()  # listed by `rollouts list` at once
+                self._session = session
+            return self._session
+
+    async def close(self) -> None:
+        """The client went away: abort its children and forget its session."""
+        async with self._lock:  # a session being made now is made, then destroyed here
+            self._closed = True
+            session, self._session = self._session, None
+        if session is None:
+            return
+        running = len(session.subsessions.running())
+        log.info("MCP client of session %s gone; aborting %d running sub-session(s)",
+                 session.session_id, running)
+        # UnknownSession: the engine closed first and has already aborted everything
+        with contextlib.suppress(UnknownSession):
+            await self._engine.destroy_session(session.session_id)
+
+
+def _text_result(text: str, *, error: bool = False) -> types.CallToolResult:
+    structured: Any = None
+    if not error:
+        try:
+            parsed = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            parsed = None
+        structured = parsed if isinstance(parsed, dict) else None
+    return types.CallToolResult(content=[types.TextContent(text=text)],
+                                structured_content=structured, is_error=error)
+
+
+def _child_entry(info: ChildInfo) -> dict[str, Any]:
+    return {
+        "session_id": info.session_id,
+        "session_type": info.session_type,
+        "model": info.model,
+        **info.outcome(),
+        "turns": info.usage.turns,
+        "duration_ms": info.duration_ms,
+        "rollout": f"{SCHEME}{info.session_id}",
+    }
+
+
+def progress_line(infos: list[ChildInfo]) -> str:
+    """`{id}: {status}, {turns} turns` for each awaited child, `; `-separated."""
+    return "; ".join(f"{i.session_id}: {i.status.value}, {i.usage.turns} turns" for i in infos)
+
+
+def _wants_progress(ctx: Context) -> bool:
+    meta = (ctx.params or {}).get("_meta")
+    return isinstance(meta, dict) and meta.get("progressToken") is not None
+
+
+def _awaited_ids(name: str, arguments: dict[str, Any]) -> list[str]:
+    if name == "wait_session":
+        value = arguments.get("session_id")
+        return [value] if isinstance(value, str) else []
+    values = arguments.get("session_ids")
+    if not isinstance(values, list):
+        return []
+    return list(dict.fromkeys(v for v in values if isinstance(v, str)))
+
+
+async def _report_progress(ctx: Context, session: Session, ids: list[str]) -> None:
+    """Until cancelled: a progress notification whenever an awaited child's status or
+    turn count changes. `progress` (turns so far plus children ended) only grows."""
+    sent = -1.0
+    manager = session.subsessions
+    while True:
+        infos = []
+        for child_id in ids:
+            try:
+                infos.append(manager.info(child_id))
+            except UnknownSession:
+                continue
+        ended = sum(1 for i in infos if i.status is not ChildStatus.PENDING)
+        progress = float(sum(i.usage.turns for i in infos) + ended)
+        if infos and progress > sent:
+            sent = progress
+            try:
+                await ctx.session.report_progress(progress, None, progress_line(infos))
+            except Exception as exc:  # the request's channel is gone: nobody to tell
+                log.debug("progress not sent: %s", error_text(exc))
+                return
+        await asyncio.sleep(PROGRESS_INTERVAL)
+
+
+class SubsessionsMcp:
+    """Builds the lowlevel MCP `Server` and answers its requests from one `Engine`."""
+
+    def __init__(self, engine: Engine, settings: Settings, *, http: bool) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.http = http
+        # stdio: the one client of this process; HTTP: one per MCP session, kept on it
+        self.stdio_client = None if http else ClientConnection(engine, settings)
+        self.server: Server[Any] = Server(
+            "subsessions",
+            version=__version__,
+            instructions=INSTRUCTIONS,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_templates,
+            on_read_resource=self._read_resource,
+        )
+        if http:
+            self.server.add_request_handler("server/discover", types.RequestParams,
+                                            _no_discover)
+
+    # -- connections ------------------------------------------------------------------------
+    def client_for(self, ctx: Context) -> ClientConnection:
+        if self.stdio_client is not None:
+            return self.stdio_client
+        # The SDK (2.3) gives lowlevel handlers no public handle on the connection yet
+        # (see TODO(L54) in mcp.server.context); its per-connection `state` and
+        # `exit_stack` are the documented place for what we keep and how it ends.
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is None or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            raise MCPError(
+                code=types.INVALID_REQUEST,
+                message="subsessions keeps sub-sessions per connection: over HTTP, connect "
+                "with the initialize handshake (a stateful MCP session), not stateless "
+                f"{ctx.protocol_version} requests",
+            )
+        client: ClientConnection | None = connection.state.get(_STATE_KEY)
+        if client is None:
+            client = ClientConnection(self.engine, self.settings)
+            connection.state[_STATE_KEY] = client
+            connection.exit_stack.push_async_callback(client.close)
+        return client
+
+    # -- tools ------------------------------------------------------------------------------
+    def tool_definitions(self) -> list[types.Tool]:
+        profiles = {name: self.engine.profiles[name].profile
+                    for name in sorted(self.engine.profiles)}
+        specs = {s["name"]: s for s in subsession_tools.tool_specs(profiles)}
+        tools = [
+            types.Tool(name=name, description=specs[name]["description"],
+                       input_schema=specs[name]["parameters"])
+            for name in TOOL_NAMES[:-1]
+        ]
+        tools.append(types.Tool(name="list_sessions", description=LIST_DESCRIPTION,
+                                input_schema=LIST_SCHEMA))
+        return tools
+
+    async def _list_tools(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.tool_definitions())
+
+    async def _call_tool(
+        self, ctx: Context, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        name = params.name
+        if name not in TOOL_NAMES:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name}")
+        arguments = params.arguments or {}
+        client = self.client_for(ctx)
+        try:
+            session = await client.session()
+            if name == "list_sessions":
+                check_arguments(name, LIST_SCHEMA, arguments)
+                entries = [_child_entry(info) for info in session.subsessions.children()]
+                return _text_result(orjson.dumps({"sessions": entries}).decode())
+            raw = orjson.dumps(arguments).decode()
+            work = subsession_tools.call(session, name, raw, f"mcp_{ctx.request_id}")
+            try:
+                if name in ("wait_session", "wait_sessions") and _wants_progress(ctx):
+                    ids = _awaited_ids(name, arguments)
+                    text = await self._with_progress(ctx, session, ids, work)
+                else:
+                    text = await work
+            finally:
+                session.recorder.flush()  # the parent's background events reach the file
+        except SubsessionError as exc:
+            return _text_result(str(exc), error=True)
+        except Exception as exc:  # a bug, not the caller's fault: still one clear result
+            log.exception("tool %s failed", name)
+            return _text_result(f"internal error in {name}: {error_text(exc)}", error=True)
+        return _text_result(text)
+
+    async def _with_progress(
+        self, ctx: Context, session: Session, ids: list[str], work: Any
+    ) -> str:
+        reporter = asyncio.get_running_loop().create_task(
+            _report_progress(ctx, session, ids), name="subsessions-mcp-progress"
+        )
+        try:
+            result: str = await work
+            return result
+        finally:
+            reporter.cancel()
+
+    # -- resources --------------------------------------------------------------------------
+    async def _list_resources(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        session = self.client_for(ctx).session_or_none
+        if session is None:
+            return types.ListResourcesResult(resources=[])
+        resources = [types.Resource(
+            uri=f"{SCHEME}{session.session_id}", name=f"session {session.session_id}",
+            description="This connection's parent session", mime_type="text/plain",
+        )]
+        for child in session.subsessions.tree():
+            resources.append(types.Resource(
+                uri=f"{SCHEME}{child.session_id}",
+                name=f"{child.agent_name or 'sub-session'} {child.session_id}",
+                description=f"A sub-session (depth {child.depth})", mime_type="text/plain",
+            ))
+        return types.ListResourcesResult(resources=resources)
+
+    async def _list_templates(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        template = types.ResourceTemplate(
+            uri_template=f"{SCHEME}{{session_id}}", name="rollout",
+            description="The readable transcript of a session's rollout (any session in "
+            "this server's home)", mime_type="text/plain",
+        )
+        return types.ListResourceTemplatesResult(resource_templates=[template])
+
+    async def _read_resource(
+        self, ctx: Context, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        if not uri.startswith(SCHEME):
+            raise MCPError(code=RESOURCE_NOT_FOUND, message=f"not a rollout:// URI: {uri}")
+        session_id = uri[len(SCHEME):].rstrip("/")
+        await self._flush(session_id)
+        try:
+            rollout = read_rollout(find_rollout(self.engine.home, session_id))
+        except SubsessionError as exc:
+            raise MCPError(code=RESOURCE_NOT_FOUND, message=str(exc), data={"uri": uri}) from None
+        return types.ReadResourceResult(contents=[types.TextResourceContents(
+            uri=uri, mime_type="text/plain", text=render_transcript(rollout),
+        )])
+
+    async def _flush(self, session_id: str) -> None:
+        """A live session's transcript is read after what it has recorded reaches the disk."""
+        for top in self.engine.sessions():
+            for session in (top, *top.subsessions.tree()):
+                if session.session_id == session_id and session.wrote_meta:
+                    with contextlib.suppress(RuntimeError):  # the writer is closed already
+                        await session.recorder.flush_durable()
+                    return
+
+
+async def _no_discover(ctx: Context, params: types.RequestParams) -> None:
+    raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data="server/discover")

@@ -1,0 +1,229 @@
+"""`subsessions mcp`: the sub-session tools served to an MCP host, over stdio or HTTP.
+
+    subsessions mcp [--home DIR] [model options]            # stdio (what hosts launch)
+    subsessions mcp --http 127.0.0.1:8765 [...]             # streamable HTTP at /mcp
+
+One `Engine` serves every connection; each connection is one top-level session
+(see `subsessions.mcp.app`). HTTP listens on loopback only unless the operator opts
+in (`SUBSESSIONS_MCP_ALLOW_REMOTE=1`, or `args.allow_remote`): the server has no
+authentication, and whoever reaches it spends the configured model account and reads
+every rollout in the home.
+
+Exit: stdin closing (stdio), SIGTERM or Ctrl-C close the engine (every child is
+aborted, its rollout ends with `turn_aborted`) and the model client. Exit code 0 when
+the client closed stdin, 128 + the signal's number after a signal (130, 143).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from subsessions.errors import ConfigError, SubsessionError
+from subsessions.settings import Settings, build_model_client
+
+if TYPE_CHECKING:
+    from subsessions.mcp.app import SubsessionsMcp
+
+ALLOW_REMOTE_ENV = "SUBSESSIONS_MCP_ALLOW_REMOTE"
+_SDK_MODULES = {"mcp", "mcp_types", "uvicorn", "starlette", "anyio", "httpx2", "sse_starlette"}
+
+
+def parse_http_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:PORT` for IPv6) -> (host, port); ConfigError when malformed."""
+    host, sep, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ConfigError("command line", "--http",
+                          f"{text!r} is not HOST:PORT, e.g. 127.0.0.1:8765")
+    return host, int(port_text)
+
+
+def is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_http_host(host: str, allow_remote: bool) -> None:
+    if is_loopback_host(host) or allow_remote:
+        return
+    raise ConfigError(
+        "command line", "--http",
+        f"refusing to listen on {host}: the MCP server has no authentication, so anyone who "
+        "can reach it could run sub-sessions on your model account and read your rollouts; "
+        f"use a loopback address such as 127.0.0.1, or set {ALLOW_REMOTE_ENV}=1 to serve it "
+        "anyway (behind your own authentication)",
+    )
+
+
+def run_mcp_command(args: argparse.Namespace, home: Path, settings: Settings) -> int:
+    """Serve until the client (stdio) or a signal ends it; returns the exit code."""
+    address = getattr(args, "http", None)
+    http: tuple[str, int] | None = None
+    if address:
+        http = parse_http_address(address)
+        allow = bool(getattr(args, "allow_remote", False)) or os.environ.get(
+            ALLOW_REMOTE_ENV, "") not in ("", "0")
+        check_http_host(http[0], allow)
+    try:
+        from subsessions.mcp import app as _app  # noqa: F401  (the optional [mcp] extra)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in _SDK_MODULES:
+            raise
+        raise SubsessionError(
+            f"`subsessions mcp` needs the MCP SDK ({exc.name} is missing): "
+            "pip install 'subsessions[mcp]'"
+        ) from None
+    try:
+        return asyncio.run(_main(home, settings, http))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _main(home: Path, settings: Settings, http: tuple[str, int] | None) -> int:
+    from subsessions.engine import Engine
+    from subsessions.mcp.app import SubsessionsMcp
+
+    client = build_model_client(settings)
+    try:
+        async with Engine(home, model_client=client, model=settings.model,
+                          model_provider=settings.model_provider) as engine:
+            app = SubsessionsMcp(engine, settings, http=http is not None)
+            if http is not None:
+                signalled = await _serve_http(app, *http)
+                return 0 if signalled is None else 128 + signalled
+            signalled = await _serve_stdio(app)
+            if signalled is None:
+                return 0
+            # The SDK reads stdin in a worker thread that only a line or EOF can end, so
+            # after a signal everything that matters is closed here and the process leaves
+            # without waiting for the host to close stdin.
+            await engine.close()
+            await client.aclose()
+            sys.stderr.flush()
+            os._exit(128 + signalled)
+    finally:
+        await client.aclose()
+
+
+@contextlib.contextmanager
+def _signal_handler(
+    loop: asyncio.AbstractEventLoop, signum: int, handler: Callable[[], None]
+) -> Iterator[None]:
+    try:
+        loop.add_signal_handler(signum, handler)
+    except (NotImplementedError, RuntimeError):  # not on this platform / not the main thread
+        yield None
+        return
+    try:
+        yield None
+    finally:
+        loop.remove_signal_handler(signum)
+
+
+@contextlib.contextmanager
+def _stop_signals(on_signal: Callable[[int], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM call `on_signal(signum)` instead of killing or interrupting."""
+    loop = asyncio.get_running_loop()
+    with contextlib.ExitStack() as stack:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            stack.enter_context(_signal_handler(loop, signum, partial(on_signal, signum)))
+        yield
+
+
+async def _serve_stdio(app: SubsessionsMcp) -> int | None:
+    """Serve the one client until it closes stdin (None) or a signal comes (its number)."""
+    loop = asyncio.get_running_loop()
+    signalled: asyncio.Future[int] = loop.create_future()
+
+    def on_signal(signum: int) -> None:
+        if not signalled.done():
+            signalled.set_result(signum)
+
+    serving = loop.create_task(_run_stdio(app), name="subsessions-mcp-stdio")
+    with _stop_signals(on_signal):
+        await asyncio.wait((serving, signalled), return_when=asyncio.FIRST_COMPLETED)
+    assert app.stdio_client is not None
+    if serving.done():
+        signalled.cancel()
+        serving.result()  # its failure, if it failed
+        return None
+    await app.stdio_client.close()  # the client's children first, as a disconnect would
+    return signalled.result()
+
+
+async def _run_stdio(app: SubsessionsMcp) -> None:
+    from mcp.server.stdio import stdio_server
+
+    assert app.stdio_client is not None
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            await app.server.run(read_stream, write_stream,
+                                 app.server.create_initialization_options())
+    finally:
+        await app.stdio_client.close()
+
+
+async def _serve_http(app: SubsessionsMcp, host: str, port: int) -> int | None:
+    """Serve until SIGINT or SIGTERM; returns the signal that ended it."""
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    class Server(uvicorn.Server):
+        signalled: int | None = None
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn's own capture re-raises the signal after shutdown, which would kill
+            # the process before the engine is closed; ours just asks it to stop.
+            def stop(signum: int) -> None:
+                self.force_exit = self.should_exit and signum == signal.SIGINT
+                self.should_exit = True
+                self.signalled = signum
+
+            with _stop_signals(stop):
+                yield
+
+    security = None
+    if is_loopback_host(host):  # DNS-rebinding protection: only loopback Host/Origin headers
+        shown = f"[{host}]" if ":" in host else host
+        hosts = {"127.0.0.1", "localhost", "[::1]", shown}
+        security = TransportSecuritySettings(
+            allowed_hosts=[f"{h}:*" for h in sorted(hosts)],
+            allowed_origins=[f"http://{h}:*" for h in sorted(hosts)],
+        )
+    starlette_app = app.server.streamable_http_app(host=host, transport_security=security)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError("command line", "--http", f"cannot listen on {host}:{port}: "
+                          f"{exc.strerror or exc}") from None
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    server = Server(uvicorn.Config(starlette_app, log_level="warning", lifespan="on"))
+    print(f"subsessions mcp: serving streamable HTTP at http://{shown}:{bound}/mcp",
+          file=sys.stderr, flush=True)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        sock.close()
+    return server.signalled

@@ -1,0 +1,115 @@
+"""A rollout as a plain-text transcript, for the `rollout://{id}` MCP resources.
+
+Kept here (rather than reusing the terminal renderer of `subsessions rollouts show`)
+so the resource text stays stable and colour-free whatever the CLI does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from subsessions.rollouts import Rollout
+
+_MAX_FIELD = 4000  # a tool output this long is cut in the transcript (the rollout keeps it)
+
+
+def _cut(text: str) -> str:
+    if len(text) <= _MAX_FIELD:
+        return text
+    return f"{text[:_MAX_FIELD]}… ({len(text) - _MAX_FIELD} more characters)"
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = [p.get("text") for p in content if isinstance(p, dict)]
+    return "\n".join(p for p in parts if isinstance(p, str))
+
+
+def _source(meta: dict[str, Any]) -> str:
+    source = meta.get("source")
+    if isinstance(source, dict) and isinstance(source.get("subsession"), dict):
+        sub = source["subsession"]
+        return (f"sub-session of {sub.get('parent_session_id')} (depth {sub.get('depth')}, "
+                f"call {sub.get('call_id')})")
+    return str(source)
+
+
+def _ending(records: tuple[dict[str, Any], ...]) -> str:
+    for record in reversed(records):
+        payload = record.get("payload")
+        if record.get("type") != "event_msg" or not isinstance(payload, dict):
+            continue
+        kind = payload.get("type")
+        if kind == "task_complete":
+            return "completed"
+        if kind == "turn_aborted":
+            return f"aborted ({payload.get('reason')})"
+        if kind == "error":
+            return f"failed: {payload.get('message')}"
+    return "no ending recorded (running, idle or interrupted)"
+
+
+def _item_lines(payload: dict[str, Any]) -> list[str]:
+    kind = payload.get("type")
+    if kind == "message":
+        return [f"[{payload.get('role')}]", _cut(_text_of(payload.get("content")))]
+    if kind == "function_call":
+        return [f"[tool call {payload.get('call_id')}] {payload.get('name')} "
+                f"{_cut(str(payload.get('arguments')))}"]
+    if kind == "function_call_output":
+        ok = "ok" if payload.get("success", True) is not False else "failed"
+        output = payload.get("output")
+        text = output if isinstance(output, str) else orjson.dumps(output).decode()
+        return [f"[tool output {payload.get('call_id')}, {ok}]", _cut(text)]
+    if kind == "reasoning":
+        summary = _text_of(payload.get("summary"))
+        return [f"[reasoning] {_cut(summary)}"] if summary else []
+    return [f"[{kind}]"]
+
+
+def _event_lines(payload: dict[str, Any]) -> list[str]:
+    kind = payload.get("type")
+    if kind == "background_event":
+        return [f"[background] {payload.get('message')}"]
+    if kind == "task_started":
+        return ["--- task started ---"]
+    if kind == "task_complete":
+        return ["--- task complete ---"]
+    if kind == "turn_aborted":
+        return [f"--- aborted ({payload.get('reason')}) ---"]
+    if kind == "error":
+        return [f"--- error: {payload.get('message')} ---"]
+    return []  # user_message / agent_message repeat the items; token_count is noise here
+
+
+def render_transcript(rollout: Rollout) -> str:
+    """The readable transcript of one rollout: header, then one entry per record."""
+    meta = rollout.meta
+    lines = [
+        f"session {meta.get('id')}",
+        f"type: {meta.get('session_type') or 'top-level'}",
+        f"source: {_source(meta)}",
+        f"model: {meta.get('model')} ({meta.get('model_provider')})",
+        f"started: {meta.get('timestamp')}",
+        f"cwd: {meta.get('cwd')}",
+        f"status: {_ending(rollout.records)}",
+    ]
+    if meta.get("instructions"):
+        lines += ["instructions:", _cut(str(meta["instructions"]))]
+    lines.append("")
+    for record in rollout.records:
+        payload = record.get("payload")
+        if not isinstance(payload, dict):
+            continue
+        if record.get("type") == "response_item":
+            lines += _item_lines(payload)
+        elif record.get("type") == "event_msg":
+            lines += _event_lines(payload)
+    if rollout.skipped:
+        lines.append(f"({len(rollout.skipped)} unreadable line(s) skipped)")
+    return "\n".join(lines).rstrip() + "\n"

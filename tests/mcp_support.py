@@ -1,0 +1,144 @@
+"""Helpers for the MCP tests: `subsessions mcp` launched with the official client, and a
+fake model that answers each child by its prompt (at once, or once a gate opens)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+from fake_openai import FakeOpenAI, Recorded, Reply, text
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp_types import CallToolResult, TextContent
+
+from subsessions.rollouts import find_rollout, read_rollout
+
+
+def prompt_of(request: Recorded) -> str:
+    """The user prompt of a child's chat request (the last user message)."""
+    for message in reversed(request.body.get("messages", [])):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return str(content)
+    return ""
+
+
+class Children:
+    """The fake model's script: `answer to {prompt}`, after the prompt's gate opens."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, asyncio.Event] = {}
+        self.arrived: dict[str, asyncio.Event] = {}
+        self.abandoned: dict[str, asyncio.Event] = {}
+
+    def gate(self, prompt: str) -> asyncio.Event:
+        """Requests for `prompt` are answered once the returned event is set."""
+        return self.gates.setdefault(prompt, asyncio.Event())
+
+    def arrival(self, prompt: str) -> asyncio.Event:
+        """Set once a model request for `prompt` has arrived."""
+        return self.arrived.setdefault(prompt, asyncio.Event())
+
+    def abandonment(self, prompt: str) -> asyncio.Event:
+        """Set once a held request for `prompt` was given up by the client (cancelled)."""
+        return self.abandoned.setdefault(prompt, asyncio.Event())
+
+    async def __call__(self, request: Recorded) -> Reply:
+        prompt = prompt_of(request)
+        self.arrival(prompt).set()
+        gate = self.gates.get(prompt)
+        if gate is not None:
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:  # the client went away mid-request
+                self.abandonment(prompt).set()
+                raise
+        return text(f"answer to {prompt}")
+
+
+def server_args(home: Path, fake: FakeOpenAI, *extra: str) -> list[str]:
+    return ["-m", "subsessions", "mcp", "--home", str(home), "--base-url", fake.base_url,
+            "--wire-api", "chat", "--model", "m", *extra]
+
+
+@asynccontextmanager
+async def http_server(
+    home: Path, fake: FakeOpenAI, cwd: Path
+) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """`subsessions mcp --http 127.0.0.1:0` as a subprocess: its URL, and the process."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *server_args(home, fake, "--http", "127.0.0.1:0"),
+        cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+        found = re.search(r"http://\S+/mcp", line)
+        assert found, line
+        yield found[0], proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+def server_params(home: Path, fake: FakeOpenAI, cwd: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=server_args(home, fake),
+                                 cwd=str(cwd))
+
+
+@asynccontextmanager
+async def connect(
+    home: Path, fake: FakeOpenAI, cwd: Path, errlog: TextIO
+) -> AsyncIterator[ClientSession]:
+    """`subsessions mcp` as a subprocess, an initialized `ClientSession` on its stdio."""
+    async with (
+        stdio_client(server_params(home, fake, cwd), errlog=errlog) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def result_text(result: CallToolResult) -> str:
+    parts = [c.text for c in result.content if isinstance(c, TextContent)]
+    return "".join(parts)
+
+
+def ok(result: CallToolResult) -> Any:
+    """The JSON a successful tool call returned."""
+    assert not result.is_error, result_text(result)
+    return orjson.loads(result_text(result))
+
+
+def error(result: CallToolResult) -> str:
+    """The error text of a tool call that failed."""
+    assert result.is_error, result_text(result)
+    return result_text(result)
+
+
+async def create(session: ClientSession, prompt: str, session_type: str = "default") -> str:
+    result = await session.call_tool("create_session",
+                                     {"session_type": session_type, "prompt": prompt})
+    child_id: str = ok(result)["session_id"]
+    return child_id
+
+
+def ending(home: Path, session_id: str) -> dict[str, Any]:
+    """The last event of a session's rollout as it is on disk."""
+    rollout = read_rollout(find_rollout(home, session_id))
+    events = [r["payload"] for r in rollout.records if r.get("type") == "event_msg"]
+    return events[-1] if events else {}
+
+
+async def eventually_ends(home: Path, session_id: str, kind: str, timeout: float = 5.0) -> None:
+    """Wait until the rollout's last event is `kind` (another process is writing it)."""
+    async with asyncio.timeout(timeout):
+        while ending(home, session_id).get("type") != kind:  # noqa: ASYNC110 (a file)
+            await asyncio.sleep(0.02)
