@@ -173,7 +173,8 @@ async def _run_session(
     client = build_model_client(settings)
     try:
         async with Engine(home, model_client=client, model=settings.model,
-                          model_provider=settings.model_provider) as engine:
+                          model_provider=settings.model_provider,
+                          mcp_servers=settings.mcp_servers, mcp_source=settings.source) as engine:
             if resume is None:
                 session = await engine.create_session(config, source="cli", profile=profile)
             else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
 from attrs import field, frozen
@@ -93,6 +93,8 @@ class SessionConfig:
     sandbox: str = "workspace-write"  # read-only | workspace-write | danger-full-access
     network_access: bool = False  # under workspace-write
     approval: str = "on-request"  # untrusted | on-request | never (children: always never)
+    # [mcp_servers.NAME]-shaped tables: their tools join `tools` as mcp__{server}__{tool}
+    mcp_servers: Mapping[str, Any] = field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         names = [t.name for t in self.tools]

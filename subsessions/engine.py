@@ -14,7 +14,13 @@ from attrs import evolve
 
 from subsessions.config import SessionConfig, filter_tools
 from subsessions.dispatch import Dispatcher
-from subsessions.errors import EngineClosed, SessionBusy, UnknownSession, UnknownSessionType
+from subsessions.errors import (
+    ConfigError,
+    EngineClosed,
+    SessionBusy,
+    UnknownSession,
+    UnknownSessionType,
+)
 from subsessions.events import emit
 from subsessions.models.base import ModelClient
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
@@ -45,6 +51,8 @@ class Engine:
         model_provider: str | None = None,
         profiles: Mapping[str, LoadedProfile] | None = None,
         project_dir: Path | str | None = None,
+        mcp_servers: Mapping[str, Any] | None = None,
+        mcp_source: str = "config.toml",
     ) -> None:
         self.home = Path(home) if home is not None else default_home()
         self.model_client = model_client
@@ -61,6 +69,11 @@ class Engine:
         self._sessions: dict[str, Session] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._top_tasks: set[asyncio.Task[Any]] = set()
+        self._mcp_sources: list[Any] = []  # McpServers, started lazily, stopped at close
+        if mcp_servers:
+            self._mcp_sources.append(_mcp_servers(mcp_servers, mcp_source))
+        self._mcp_engine_sources = tuple(self._mcp_sources)
+        self._mcp_by_tables: dict[int, tuple[Mapping[str, Any], Any]] = {}
         self._closed = False
         self._close_done: asyncio.Future[None] | None = None
 
@@ -104,6 +117,9 @@ class Engine:
         """
         self.check_open()
         config = config or SessionConfig()
+        mcp_tools, mcp_errors = await self._mcp_tools(config)
+        if mcp_tools:
+            config = evolve(config, tools=(*config.tools, *mcp_tools))
         chosen = self._top_level_profile(profile, config) if profile is not None else None
         if chosen is not None:
             parts = (config.instructions, chosen.developer_instructions, chosen.persona,
@@ -117,6 +133,9 @@ class Engine:
             )
         session = Session(self, config, source=source, profile=chosen)
         session.write_meta()
+        for name, problem in mcp_errors.items():
+            session.recorder.event({"type": "background_event",
+                                    "message": f"MCP server {name} is unavailable: {problem}"})
         self._sessions[session.session_id] = session
         self.dispatcher.register(session)
         emit(session, "session.start", {"session_id": session.session_id, "source": source})
@@ -150,6 +169,24 @@ class Engine:
             raise SessionBusy(session.session_id)
         self._sessions[session.session_id] = session
         self.dispatcher.register(session)
+
+    async def _mcp_tools(self, config: SessionConfig) -> tuple[tuple[Any, ...], dict[str, str]]:
+        """The engine's and the config's MCP servers' tools, starting each source once."""
+        sources = list(self._mcp_engine_sources)
+        if config.mcp_servers:
+            key = id(config.mcp_servers)
+            known = self._mcp_by_tables.get(key)
+            if known is None or known[0] is not config.mcp_servers:  # once per engine
+                own = _mcp_servers(config.mcp_servers, "SessionConfig.mcp_servers")
+                known = self._mcp_by_tables[key] = (config.mcp_servers, own)
+                self._mcp_sources.append(own)
+            sources.append(known[1])
+        tools: list[Any] = []
+        errors: dict[str, str] = {}
+        for source in sources:
+            tools.extend(await source.tools())
+            errors.update(source.errors)
+        return tuple(tools), errors
 
     def _top_level_profile(self, profile: str | Profile, config: SessionConfig) -> Profile:
         if isinstance(profile, Profile):
@@ -244,8 +281,20 @@ class Engine:
             await asyncio.wait(flushed)
         for future in flushed:
             future.exception()  # retrieved: a failed last write must not warn at exit
+        for source in self._mcp_sources:
+            await source.aclose()
         await self.writer.aclose()
         for session in self._sessions.values():
             session.events.close()
         self._sessions.clear()
         self.dispatcher.clear()
+
+
+def _mcp_servers(tables: Mapping[str, Any], source: str) -> Any:
+    """An `McpServers` for the tables; the MCP SDK is an optional extra."""
+    try:
+        from subsessions.mcp.client import McpServers
+    except ImportError:
+        raise ConfigError(source, "mcp_servers", "needs the MCP SDK: pip install "
+                          "'subsessions[mcp]'") from None
+    return McpServers(tables, source=source)

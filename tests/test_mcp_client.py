@@ -248,3 +248,38 @@ async def test_a_child_calls_an_mcp_tool_through_its_allowlist(home: Path) -> No
             assert await parent.subsessions.wait_child(denied, 30) == (
                 "tool said \"Tool 'mcp__t__add' is not supported by this client instance.\" "
                 "(success=False)")
+
+
+@pytest.mark.parametrize("where", ["engine", "session"])
+async def test_the_engine_offers_mcp_tools_and_stops_the_servers_when_it_closes(
+    home: Path, where: str
+) -> None:
+    tables = {"t": tool_server()}
+    engine_tables = tables if where == "engine" else None
+    config = SessionConfig(mcp_servers=tables if where == "session" else {},
+                           custom_agents=(Profile(name="adder", tools=["mcp__t__add"]),))
+    async with Engine(home, model_client=ScriptedModel(_add_script),
+                      mcp_servers=engine_tables) as engine:
+        first = await engine.create_session(config)
+        second = await engine.create_session(config)
+        child = await first.subsessions.spawn_child("adder", "add 2 and 3")
+        assert await first.subsessions.wait_child(child, 30) == "tool said '5' (success=True)"
+        tools = {spec["name"] for spec in second.tool_specs()}
+        assert {"mcp__t__add", "mcp__t__pid"} <= tools
+        [pid_tool] = [t for t in first.config.tools if t.name == "mcp__t__pid"]
+        [same] = [t for t in second.config.tools if t.name == "mcp__t__pid"]
+        assert pid_tool is same  # the same tables start their servers once per engine
+        pid = int(await call((pid_tool,), "mcp__t__pid"))
+    assert gone(pid)
+
+
+async def test_a_server_that_cannot_start_is_named_in_the_rollout(home: Path) -> None:
+    tables = {"broken": {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"],
+                         "startup_timeout_ms": 5000}}
+    async with Engine(home, model_client=ScriptedModel(["fine"]), mcp_servers=tables) as engine:
+        session = await engine.create_session()
+        assert await session.send_and_wait("hi") == "fine"
+    from subsessions.rollouts import find_rollout, read_rollout
+
+    events = read_rollout(find_rollout(home, session.session_id)).events("background_event")
+    assert any("MCP server broken is unavailable" in e["message"] for e in events)

@@ -102,7 +102,8 @@ async def _main(home: Path, settings: Settings, http: tuple[str, int] | None) ->
     client = build_model_client(settings)
     try:
         async with Engine(home, model_client=client, model=settings.model,
-                          model_provider=settings.model_provider) as engine:
+                          model_provider=settings.model_provider,
+                          mcp_servers=settings.mcp_servers, mcp_source=settings.source) as engine:
             app = SubsessionsMcp(engine, settings, http=http is not None)
             if http is not None:
                 signalled = await _serve_http(app, *http)
