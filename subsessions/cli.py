@@ -9,7 +9,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from subsessions.config import SessionConfig
 from subsessions.demo import run_demo
@@ -20,13 +20,20 @@ from subsessions.rollouts.cli import add_rollout_commands, run_rollouts
 from subsessions.settings import Settings, build_model_client, load_settings, with_overrides
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one line on stderr (DESIGN 3.3), not argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--home", type=Path, default=None,
         help="state directory (default: $SUBSESSIONS_HOME, else ~/.subsessions)",
     )
-    model_options = argparse.ArgumentParser(add_help=False)
+    model_options = _Parser(add_help=False)
     model_options.add_argument("--model", help="model id (config: model)")
     model_options.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. "
                                "http://127.0.0.1:11434/v1")
@@ -38,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     model_options.add_argument("--max-depth", type=int, help="how deep sub-sessions may nest")
     model_options.add_argument("--max-children", type=int,
                                help="sub-sessions running at once in the tree")
-    work_options = argparse.ArgumentParser(add_help=False)
+    work_options = _Parser(add_help=False)
     work_options.add_argument(
         "--sandbox", choices=("read-only", "workspace-write", "danger-full-access"),
         default="workspace-write",
@@ -50,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     work_options.add_argument("--network", action="store_true",
                               help="allow network access under workspace-write")
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="subsessions",
         description="Spawn, drive, wait for, cancel and inspect LLM sub-sessions.",
     )

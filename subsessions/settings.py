@@ -132,10 +132,10 @@ def _provider(source: str, name: str, table: Any, base: Provider | None) -> Prov
     if base is None and "base_url" not in fields:
         raise ConfigError(source, f"{where}.base_url", "is required for a new provider")
     provider = evolve(base, **fields) if base else Provider(name=name, **fields)
-    problem = url_problem(provider.base_url) or wire_problem(provider.wire_api)
-    if problem:
-        key = "wire_api" if provider.wire_api not in WIRE_APIS else "base_url"
-        raise ConfigError(source, f"{where}.{key}", problem)
+    for key, problem in (("base_url", url_problem(provider.base_url)),
+                         ("wire_api", wire_problem(provider.wire_api))):
+        if problem:
+            raise ConfigError(source, f"{where}.{key}", problem)
     return provider
 
 

@@ -20,6 +20,7 @@ from subsessions.models.openai_common import (
     Retryable,
     RetryPolicy,
     next_or_stall,
+    opened_within,
     respond_with_fallback,
 )
 
@@ -103,7 +104,9 @@ class OpenAIChatModel:
         }
         if request.tools:
             arguments["tools"] = [to_chat_tool(spec) for spec in request.tools]
-        stream = await self.client.chat.completions.create(**arguments)
+        stream = await opened_within(
+            self.client.chat.completions.create(**arguments), self.stream_idle_timeout
+        )
         text: list[str] = []
         reasoning: list[str] = []
         calls: dict[int, _Call] = {}

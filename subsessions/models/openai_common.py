@@ -93,6 +93,17 @@ async def next_or_stall(iterator: AsyncIterator[T], idle_timeout: float) -> T:
         raise Retryable(f"stream idle for more than {round(idle_timeout * 1000)}ms") from None
 
 
+async def opened_within(opening: Awaitable[T], idle_timeout: float) -> T:
+    """The response headers must arrive within the idle timeout too: a silent server stalls."""
+    try:
+        async with asyncio.timeout(idle_timeout):
+            return await opening
+    except TimeoutError:
+        raise Retryable(
+            f"no response within {round(idle_timeout * 1000)}ms of sending the request"
+        ) from None
+
+
 class RetryPolicy:
     """Exponential backoff with jitter, honouring Retry-After, at most `max_retries` retries."""
 

@@ -14,6 +14,7 @@ from subsessions.models.openai_common import (
     Retryable,
     RetryPolicy,
     next_or_stall,
+    opened_within,
     respond_with_fallback,
 )
 
@@ -100,7 +101,9 @@ class OpenAIResponsesModel:
         if request.tools:
             arguments["tools"] = list(request.tools)
             arguments["parallel_tool_calls"] = True
-        stream = await self.client.responses.create(**arguments)
+        stream = await opened_within(
+            self.client.responses.create(**arguments), self.stream_idle_timeout
+        )
         items: list[Item] = []
         usage = TokenUsage()
         completed = False

@@ -1,0 +1,348 @@
+"""`subsessions run PROMPT` as a user runs it: a real process against a loopback server.
+
+The command runs as a subprocess (`python -m subsessions run ...`) started with
+`asyncio.create_subprocess_exec`, so the in-process fake server keeps serving while
+the test awaits it. Checked: stdout, exit code, stderr, and the rollout files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, error, fake_openai, text
+
+__all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER_INSTRUCTIONS = "You are a worker sub-session."
+WORKER_PROFILE = f'''name = "worker"
+description = "does one job"
+developer_instructions = "{WORKER_INSTRUCTIONS}"
+'''
+UNSET = "SUBSESSIONS_TEST_UNSET_KEY"
+TIMEOUT = 30.0
+
+
+# -- helpers ------------------------------------------------------------------------------
+def make_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    (home / "profiles").mkdir(parents=True)
+    (home / "profiles" / "worker.toml").write_text(WORKER_PROFILE, encoding="utf-8")
+    return home
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", UNSET)}
+    env.pop("SUBSESSIONS_HOME", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _default_sigint() -> None:  # pragma: no cover - runs in the child between fork and exec
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+async def start(*args: str, cwd: Path) -> asyncio.subprocess.Process:
+    # A child inherits an ignored SIGINT (e.g. under a shell's background job); give it back
+    # the default so that Python installs its KeyboardInterrupt handler, as in a terminal.
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "subsessions", *args,
+        cwd=cwd,
+        env=_env(),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        preexec_fn=_default_sigint if ignored else None,
+    )
+
+
+async def run(*args: str, cwd: Path) -> tuple[int, str, str]:
+    proc = await start(*args, cwd=cwd)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def run_args(home: Path, base_url: str, prompt: str, *extra: str) -> list[str]:
+    return ["run", "--home", str(home), "--base-url", base_url, *extra, prompt]
+
+
+def rollouts(home: Path) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(home.glob("sessions/*/*/*/rollout-*.jsonl")):
+        records = [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
+        assert records[0]["type"] == "session_meta", path
+        found[records[0]["payload"]["id"]] = records
+    return found
+
+
+def last_event(records: list[dict[str, Any]]) -> dict[str, Any]:
+    return [r["payload"] for r in records if r["type"] == "event_msg"][-1]
+
+
+def is_worker(request: Recorded) -> bool:
+    if request.api == "responses":
+        return WORKER_INSTRUCTIONS in str(request.body.get("instructions") or "")
+    return any(
+        m["role"] == "system" and WORKER_INSTRUCTIONS in str(m["content"])
+        for m in request.body["messages"]
+    )
+
+
+def tool_outputs(request: Recorded) -> list[str]:
+    if request.api == "responses":
+        return [str(i["output"]) for i in request.body["input"]
+                if i.get("type") == "function_call_output"]
+    return [str(m["content"]) for m in request.body["messages"] if m["role"] == "tool"]
+
+
+def assert_one_line_error(code: int, err: str) -> str:
+    assert code != 0
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+# -- runs that work -------------------------------------------------------------------------
+@pytest.mark.parametrize("wire_api", ["chat", "responses"])
+async def test_run_delegates_to_a_child_and_prints_the_final_message(
+    fake_openai: FakeOpenAI, tmp_path: Path, wire_api: str
+) -> None:
+    def script(request: Recorded) -> Reply:
+        assert request.api == wire_api
+        if is_worker(request):
+            return text("42, computed by the worker", pieces=3)
+        done = tool_outputs(request)
+        if not done:
+            return calls(call("create_session", {"session_type": "worker", "prompt": "6 * 7?"}))
+        if len(done) == 1:
+            child_id = json.loads(done[0])["session_id"]
+            return calls(call("wait_session", {"session_id": child_id, "timeout_ms": 20_000}))
+        return text("The answer is " + json.loads(done[1])["result"], pieces=2)
+
+    fake_openai.script = script
+    home = make_home(tmp_path)
+
+    code, out, err = await run(
+        *run_args(home, fake_openai.base_url, "What is 6 * 7?", "--wire-api", wire_api,
+                  "--model", "m"),
+        cwd=tmp_path,
+    )
+
+    assert code == 0, err
+    assert out == "The answer is 42, computed by the worker\n"
+    assert "Traceback" not in err
+    assert {r.body["model"] for r in fake_openai.requests} == {"m"}
+    found = rollouts(home)
+    assert len(found) == 2
+    [parent] = [r for r in found.values() if r[0]["payload"]["source"] == "cli"]
+    [child] = [r for r in found.values() if r is not parent]
+    parent_id = parent[0]["payload"]["id"]
+    source = child[0]["payload"]["source"]["subsession"]
+    assert source["parent_session_id"] == parent_id
+    assert source["depth"] == 1
+    assert source["session_type"] == "worker"
+    assert child[0]["payload"]["model"] == "m"
+    assert last_event(child) == {
+        "type": "task_complete",
+        "last_agent_message": "42, computed by the worker",
+    }
+    assert last_event(parent) == {
+        "type": "task_complete",
+        "last_agent_message": "The answer is 42, computed by the worker",
+    }
+    for records in found.values():
+        assert any(
+            r["type"] == "event_msg" and r["payload"]["type"] == "token_count" for r in records
+        )
+
+
+async def test_run_reads_config_toml(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    fake_openai.reply_with(text("from the configured provider"))
+    home = make_home(tmp_path)
+    (home / "config.toml").write_text(
+        f'model = "configured-model"\nmodel_provider = "local"\n'
+        f'[model_providers.local]\nbase_url = "{fake_openai.base_url}"\nwire_api = "chat"\n'
+        f'env_key = "{UNSET}"\n',
+        encoding="utf-8",
+    )
+
+    code, out, err = await run("run", "--home", str(home), "hello", cwd=tmp_path)
+
+    assert code == 0, err
+    assert out == "from the configured provider\n"
+    [request] = fake_openai.requests
+    assert request.api == "chat"
+    assert request.body["model"] == "configured-model"
+
+
+# -- user mistakes: one line on stderr, no traceback ------------------------------------------
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        pytest.param(["--max-depth", "-1"], "--max-depth", id="negative-depth"),
+        pytest.param(["--max-children", "-2"], "--max-children", id="negative-children"),
+        pytest.param(["--wire-api", "grpc"], "--wire-api", id="unknown-wire-api"),
+        pytest.param(["--max-depth", "two"], "--max-depth", id="depth-not-a-number"),
+    ],
+)
+async def test_a_bad_flag_value_is_one_line_on_stderr(
+    fake_openai: FakeOpenAI, tmp_path: Path, extra: list[str], named: str
+) -> None:
+    home = make_home(tmp_path)
+
+    code, out, err = await run(*run_args(home, fake_openai.base_url, "hi", *extra), cwd=tmp_path)
+
+    assert named in assert_one_line_error(code, err)
+    assert out == ""
+    assert fake_openai.requests == []
+
+
+async def test_a_bad_base_url_is_one_line_on_stderr(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+
+    code, out, err = await run(*run_args(home, "localhost:8000/v1", "hi"), cwd=tmp_path)
+    assert out == ""
+
+    line = assert_one_line_error(code, err)
+    assert "--base-url" in line
+    assert "localhost:8000/v1" in line
+
+
+async def test_a_bad_config_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    (home / "config.toml").write_text("[agents]\nmax_depth = -1\n", encoding="utf-8")
+
+    code, out, err = await run("run", "--home", str(home), "hi", cwd=tmp_path)
+    assert out == ""
+
+    line = assert_one_line_error(code, err)
+    assert str(home / "config.toml") in line
+    assert "agents.max_depth" in line
+
+
+async def test_missing_api_key_says_which_variable_to_set(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+
+    code, out, err = await run(
+        *run_args(home, "https://api.example.invalid/v1", "hi", "--api-key-env", UNSET),
+        cwd=tmp_path,
+    )
+
+    line = assert_one_line_error(code, err)
+    assert UNSET in line
+    assert out == ""
+    assert rollouts(home) == {}  # failed at start: no session was begun
+
+
+async def test_a_loopback_url_runs_without_any_key(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    fake_openai.reply_with(text("no key needed"))
+    home = make_home(tmp_path)
+
+    code, out, err = await run(
+        *run_args(home, fake_openai.base_url, "hi", "--wire-api", "chat", "--api-key-env", UNSET),
+        cwd=tmp_path,
+    )
+
+    assert code == 0, err
+    assert out == "no key needed\n"
+
+
+async def test_the_key_is_sent_from_the_named_variable(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake_openai.reply_with(text("ok"))
+    home = make_home(tmp_path)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "subsessions",
+        *run_args(home, fake_openai.base_url, "hi", "--api-key-env", "MY_LOCAL_KEY"),
+        cwd=tmp_path,
+        env={**_env(), "MY_LOCAL_KEY": "sk-local-123"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+
+    assert proc.returncode == 0, err.decode()
+    assert out.decode() == "ok\n"
+    assert fake_openai.requests[0].headers["authorization"] == "Bearer sk-local-123"
+
+
+async def test_a_model_error_is_one_line_and_the_rollout_records_it(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake_openai.reply_with(error(401, "Incorrect API key provided: sk-bad."))
+    home = make_home(tmp_path)
+
+    code, out, err = await run(
+        *run_args(home, fake_openai.base_url, "hi", "--wire-api", "chat"), cwd=tmp_path
+    )
+
+    line = assert_one_line_error(code, err)
+    assert "401" in line
+    assert "Incorrect API key" in line
+    assert out == ""
+    assert len(fake_openai.requests) == 1  # a 401 is not retried
+    [parent] = rollouts(home).values()
+    final = last_event(parent)
+    assert final["type"] == "error"
+    assert "401" in final["message"]
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------
+async def test_ctrl_c_aborts_parent_and_child_and_exits_130(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    child_streaming = asyncio.Event()
+    parent_waiting = asyncio.Event()
+
+    def script(request: Recorded) -> Reply:
+        if is_worker(request):
+            child_streaming.set()
+            return text("this answer never ends", pieces=6).stall_after(2)
+        done = tool_outputs(request)
+        if not done:
+            return calls(call("create_session", {"session_type": "worker", "prompt": "slow"}))
+        child_id = json.loads(done[0])["session_id"]
+        parent_waiting.set()
+        return calls(call("wait_session", {"session_id": child_id, "timeout_ms": 3_600_000}))
+
+    fake_openai.script = script
+    home = make_home(tmp_path)
+    proc = await start(
+        *run_args(home, fake_openai.base_url, "delegate something slow", "--wire-api", "chat"),
+        cwd=tmp_path,
+    )
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            await child_streaming.wait()
+            await parent_waiting.wait()
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+    assert proc.returncode == 130, err.decode()
+    assert "Traceback" not in err.decode()
+    await fake_openai.wait_for_disconnects(1)  # the child's stream was closed
+    found = rollouts(home)
+    assert len(found) == 2
+    for records in found.values():
+        assert last_event(records)["type"] == "turn_aborted", records[-1]
