@@ -41,9 +41,14 @@ def _record(kind: str, payload: dict[str, Any]) -> bytes:
 
 
 async def _bare_child(
-    folder: Path, index: int, latency: float, gate: asyncio.Event | None = None
+    folder: Path, index: int, latency: float, gate: asyncio.Event | None = None,
+    parent_lines: list[bytes] | None = None,
 ) -> str:
-    """What a child must do at the least: build its records, wait for a model, write a file."""
+    """What a child must do at the least: build its records (and the two lines about it in
+    its parent's rollout), wait for a model, write a file."""
+    if parent_lines is not None:
+        parent_lines.append(_record("event_msg", {"type": "background_event",
+                                                  "message": f"spawned child {index}"}))
     user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]}
     reply = {"type": "message", "role": "assistant",
              "content": [{"type": "output_text", "text": ANSWER}]}
@@ -71,13 +76,24 @@ async def _bare_child(
         os.write(fd, head + b"".join(tail))
     finally:
         os.close(fd)
+    if parent_lines is not None:
+        parent_lines.append(_record("event_msg", {"type": "background_event",
+                                                  "message": f"child {index} completed"}))
     return ANSWER
 
 
 async def baseline(folder: Path, n: int, latency: float) -> tuple[float, list[float]]:
     os.makedirs(folder)
+    parent_lines: list[bytes] = []
     start = time.perf_counter()
-    results = await asyncio.gather(*(_bare_child(folder, i, latency) for i in range(n)))
+    results = await asyncio.gather(
+        *(_bare_child(folder, i, latency, None, parent_lines) for i in range(n))
+    )
+    fd = os.open(folder / "rollout-parent.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, b"".join(parent_lines))
+    finally:
+        os.close(fd)
     elapsed = time.perf_counter() - start
     assert results == [ANSWER] * n
     return elapsed, []

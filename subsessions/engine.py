@@ -24,10 +24,11 @@ from subsessions.errors import (
 from subsessions.events import emit
 from subsessions.models.base import ModelClient
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
-from subsessions.rollouts.recorder import RolloutWriter
+from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
 from subsessions.session import Session
 
 T = TypeVar("T")
+FLUSH_SECONDS = 0.1
 
 
 def default_home() -> Path:
@@ -65,6 +66,10 @@ class Engine:
             profiles if profiles is not None else load_profiles(self.home, project_dir or self.cwd)
         )
         self.writer = RolloutWriter()
+        # Recorders with lines not yet handed to the writer; flushed every FLUSH_SECONDS, so
+        # a running session's transcript trails it by at most that (`rollouts tail`).
+        self.unwritten: set[RolloutRecorder] = set()
+        self._flusher: asyncio.Task[None] | None = None
         self.dispatcher = Dispatcher()
         self._sessions: dict[str, Session] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -116,6 +121,7 @@ class Engine:
         its persona and memory too (which a child of that profile never sees).
         """
         self.check_open()
+        self._start_flusher()
         config = config or SessionConfig()
         mcp_tools, mcp_errors = await self._mcp_tools(config)
         if mcp_tools:
@@ -167,6 +173,7 @@ class Engine:
         """Register a session built from disk (resume, fork) as top-level."""
         if session.session_id in self._sessions:
             raise SessionBusy(session.session_id)
+        self._start_flusher()
         self._sessions[session.session_id] = session
         self.dispatcher.register(session)
 
@@ -196,6 +203,23 @@ class Engine:
         if profile not in known:
             raise UnknownSessionType(str(profile), tuple(sorted(known)))
         return known[profile]
+
+    def _start_flusher(self) -> None:
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(
+                self._flush_periodically(), name="subsessions-rollout-flusher"
+            )
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            self._flush_unwritten()
+
+    def _flush_unwritten(self) -> None:
+        dirty = list(self.unwritten)
+        self.unwritten.clear()
+        for recorder in dirty:
+            recorder.flush()
 
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
@@ -276,6 +300,10 @@ class Engine:
         await asyncio.gather(*(s.subsessions.abort_all_children() for s in self._sessions.values()))
         while self._tasks:
             await asyncio.wait(list(self._tasks))
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.wait((self._flusher,))
+        self._flush_unwritten()
         flushed = [s.recorder.flush_durable() for s in self._sessions.values()]
         if flushed:
             await asyncio.wait(flushed)

@@ -6,7 +6,6 @@ import asyncio
 import enum
 import itertools
 import time
-from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -302,23 +301,15 @@ class SubsessionManager:
             child.wrote_end = True
             for grandchild in child.subsessions._children.values():
                 grandchild.cancel()  # its own clean-up never ran: end what it started
-        settle: Callable[[asyncio.Future[None] | None], None] = partial(
-            self._settle, record, outcome
-        )
+        settle = partial(self._settle, record, outcome)
         try:
-            flushed = child.recorder.flush_durable()
+            child.recorder.flush_then(settle)  # settled once the ending is on disk
         except RuntimeError:  # writer already closed: nothing more can reach the disk
             settle(None)
-        else:
-            flushed.add_done_callback(settle)
 
-    def _settle(
-        self, record: _Child, outcome: ChildState, flushed: asyncio.Future[None] | None
-    ) -> None:
-        if flushed is not None and not flushed.cancelled() and flushed.exception() is not None:
-            problem = str(flushed.exception())
-            if isinstance(outcome, Done):
-                outcome = Failed(problem)
+    def _settle(self, record: _Child, outcome: ChildState, error: Exception | None) -> None:
+        if error is not None and isinstance(outcome, Done):
+            outcome = Failed(str(error))  # the result never reached the disk
         record.state = outcome
         record.ended_at = time.time()
         self._session.root.subsessions._running_in_tree -= 1
@@ -460,6 +451,10 @@ class SubsessionManager:
             unknown=unknown,
             timed_out=not satisfied,
         )
+
+    @property
+    def has_children(self) -> bool:
+        return bool(self._children)
 
     @property
     def has_notices(self) -> bool:

@@ -88,6 +88,7 @@ class Session:
         self.recorder = RolloutRecorder(
             engine.writer,
             resumed[1] if resumed else rollout_path(engine.home, self.session_id, self.started_at),
+            engine.unwritten,
         )
         self.subsessions = SubsessionManager(self)
         self.tool_context = tool_context or self._own_tool_context()
@@ -267,7 +268,9 @@ class Session:
             raise
         finally:
             try:
-                if terminal is _CANCELLED or self.parent is not None:
+                if self.subsessions.has_children and (
+                    terminal is _CANCELLED or self.parent is not None
+                ):
                     await self.subsessions.abort_all_children()
             except asyncio.CancelledError:
                 terminal = _CANCELLED
@@ -316,10 +319,12 @@ class Session:
 
     async def _turns(self) -> str | None:
         client = self.engine.model_client
+        # The head of the task goes to the writer before the first model call, so the file
+        # exists while the session works; later lines follow with the engine's periodic flush.
+        self.recorder.flush()
         for _ in range(self.max_turns):
             if self.subsessions.has_notices:
                 self._deliver_notices()
-            self.recorder.flush()  # the transcript is on disk before we wait on the model
             request = ModelRequest(
                 session_id=self.session_id,
                 model=self.model,

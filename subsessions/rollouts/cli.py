@@ -1,137 +1,264 @@
-"""`subsessions rollouts ...`: list, show and tree views of rollout files."""
+"""`subsessions rollouts ...`: list, show, tree and tail views of rollout files."""
 
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
+import re
+import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
-from subsessions.items import message_text
-from subsessions.rollouts.reader import (
-    Rollout,
-    RolloutNode,
-    find_rollout,
-    list_rollouts,
-    read_rollout,
-    rollout_tree,
+from subsessions.errors import InvalidArguments
+from subsessions.ids import is_session_id
+from subsessions.rollouts.files import find_rollout, rollout_entries, unique_prefixes
+from subsessions.rollouts.follow import Tail
+from subsessions.rollouts.listing import RolloutNode, list_rollouts, rollout_tree
+from subsessions.rollouts.reader import Rollout, read_rollout
+from subsessions.rollouts.render import (
+    BOLD,
+    DIM,
+    MAGENTA,
+    Style,
+    local_time,
+    render_record,
+    seconds_text,
+    wants_colour,
 )
+from subsessions.rollouts.status import STATUSES
+from subsessions.rollouts.summary import RolloutSummary, as_record, summarise
+
+_AGE = re.compile(r"(\d+)([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
-def add_rollout_commands(
-    commands: Any, common: argparse.ArgumentParser
-) -> None:
+def add_rollout_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    colour = argparse.ArgumentParser(add_help=False)
+    colour.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto",
+        help="colour the output (auto: on a terminal unless NO_COLOR is set)",
+    )
+    shared = [common, colour]
     rollouts = commands.add_parser("rollouts", help="inspect rollout files")
-    rollout_commands = rollouts.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = rollout_commands.add_parser("list", parents=[common], help="newest first")
-    listing.add_argument("--parent", help="only children of this session id")
+    actions = rollouts.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", parents=shared, help="sessions, newest first")
+    listing.add_argument("--parent", metavar="ID", help="only children of this session")
     listing.add_argument("--source", help="cli, exec, mcp or subsession")
-    listing.add_argument("--status", help="completed, failed, cancelled, running or idle")
-    listing.add_argument("--since", type=datetime.fromisoformat, help="ISO date or time")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--status", choices=STATUSES)
+    listing.add_argument(
+        "--since", metavar="WHEN", help="started at or after: ISO date/time, or an age (30m, 2d)"
+    )
+    listing.add_argument("--limit", type=int, default=50, help="rows per page (0: all)")
+    listing.add_argument("--cursor", metavar="ID", help="the next page: rows older than this id")
     listing.add_argument("--json", action="store_true", help="one JSON object a line")
-    show = rollout_commands.add_parser("show", parents=[common], help="a readable transcript")
+
+    show = actions.add_parser("show", parents=shared, help="a readable transcript")
     show.add_argument("id", help="a session id or a unique prefix of one")
-    tree = rollout_commands.add_parser("tree", parents=[common], help="parents and children")
+
+    tree = actions.add_parser("tree", parents=shared, help="parents, children, grandchildren")
     tree.add_argument("id", nargs="?", help="the root session (default: every top-level one)")
 
-
-def _summary(rollout: Rollout) -> dict[str, Any]:
-    return {
-        "id": rollout.session_id,
-        "started": rollout.meta.get("timestamp"),
-        "source": rollout.source_kind,
-        "profile": rollout.meta.get("session_type"),
-        "model": rollout.meta.get("model"),
-        "status": rollout.status,
-        "parent": rollout.parent_id,
-        "tokens": rollout.total_tokens,
-        "path": rollout.path,
-        "skipped_lines": len(rollout.skipped),
-    }
+    tail = actions.add_parser("tail", parents=shared, help="the last records; --follow for more")
+    tail.add_argument("id", help="a session id or a unique prefix of one")
+    tail.add_argument("-n", "--lines", type=int, default=10, help="records to start with")
+    tail.add_argument(
+        "-f", "--follow", action="store_true",
+        help="print records as they are written, until the task ends or its process is gone",
+    )
+    tail.add_argument("--raw", action="store_true", help="the JSONL lines as written")
+    tail.add_argument("--interval", type=float, default=0.25, help=argparse.SUPPRESS)
 
 
 def run_rollouts(args: argparse.Namespace, home: Path, out: TextIO) -> int:
+    style = Style(wants_colour(out, args.color))
     if args.action == "list":
-        found = list_rollouts(home, parent=args.parent, source=args.source, status=args.status,
-                              since=args.since, limit=args.limit)
-        if args.json:
-            for rollout in found:
-                out.write(orjson.dumps(_summary(rollout)).decode() + "\n")
-            return 0
-        out.write(f"{'id':<36}  {'started':<20} {'source':<10} {'profile':<13} "
-                  f"{'status':<10} {'tokens':>7}\n")
-        for rollout in found:
-            row = _summary(rollout)
-            out.write(f"{row['id']:<36}  {row['started']!s:<20} {row['source']:<10} "
-                      f"{row['profile'] or '-':<13} {row['status']:<10} {row['tokens']:>7}\n")
-        return 0
+        return _list(args, home, out, style)
     if args.action == "show":
-        _show(read_rollout(find_rollout(home, args.id)), out)
+        _show(read_rollout(find_rollout(home, args.id)), out, style)
         return 0
-    if args.id is not None:
-        find_rollout(home, args.id)  # a clear error for an unknown or ambiguous id
-    print_tree(rollout_tree(home, args.id), out)
+    if args.action == "tail":
+        return _tail(args, home, out, style)
+    print_tree(rollout_tree(home, args.id), out, style)
     return 0
 
 
-def _show(rollout: Rollout, out: TextIO) -> None:
+# -- list ----------------------------------------------------------------------------------
+
+def _list(args: argparse.Namespace, home: Path, out: TextIO, style: Style) -> int:
+    if args.limit < 0:
+        raise InvalidArguments("--limit", "must be 0 (all) or more")
+    parent = args.parent
+    if parent is not None and not is_session_id(parent):
+        parent = find_rollout(home, parent).name[-42:-6]  # a prefix: whose?
+    page = list_rollouts(
+        home, parent=parent, source=args.source, status=args.status,
+        since=_since(args.since), limit=args.limit or None, cursor=args.cursor,
+    )
+    if args.json:
+        for row in page:
+            out.write(orjson.dumps(summary_row(row)).decode() + "\n")
+    else:
+        _table(list(page), [key for key, _ in rollout_entries(home)], out, style)
+    if page.unreadable:
+        sys.stderr.write(f"({len(page.unreadable)} file(s) left out, not rollouts: "
+                         f"{page.unreadable[0]}{' ...' if len(page.unreadable) > 1 else ''})\n")
+    if page.next_cursor is not None:
+        sys.stderr.write(f"(more: --cursor {page.next_cursor})\n")
+    return 0
+
+
+def _since(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    age = _AGE.fullmatch(text.strip())
+    if age is not None:
+        return datetime.now() - timedelta(**{_UNITS[age[2]]: int(age[1])})
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArguments(
+            "--since", f"expected an ISO date or time (2026-11-21, 2026-11-21T13:00) "
+            f"or an age (30m, 2h, 7d), not {text!r}"
+        ) from None
+
+
+def summary_row(summary: RolloutSummary) -> dict[str, Any]:
+    """A list row for machines: the same fields as the table, in full."""
+    seconds = summary.duration
+    return {
+        "id": summary.session_id,
+        "started": summary.started,
+        "source": summary.source_kind,
+        "profile": summary.profile,
+        "model": summary.model,
+        "status": summary.status,
+        "parent": summary.parent_id,
+        "duration": round(seconds, 3) if seconds is not None else None,
+        "tokens": summary.tokens,
+        "path": summary.path,
+        "cursor": summary.key,
+    }
+
+
+def _table(rows: list[RolloutSummary], every: list[str], out: TextIO, style: Style) -> None:
+    prefixes = unique_prefixes([r.key for r in rows], every)
+    width = max((len(p) for p in prefixes.values()), default=8)
+    cells = [
+        (prefixes[r.key], local_time(r.started), r.source_kind, r.profile or "-",
+         r.model or "-", r.status, seconds_text(r.duration),
+         "-" if r.tokens is None else str(r.tokens))
+        for r in rows
+    ]
+    widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(_HEADER)]
+    widths[0] = max(widths[0], width)
+    out.write(style(_line(_HEADER, widths), BOLD) + "\n")
+    for row in cells:
+        text = _line(row, widths)
+        if style.enabled:  # colour the status cell only, after padding
+            start = sum(w + 2 for w in widths[:5])
+            text = text[:start] + style.status(row[5], widths[5]) + text[start + widths[5]:]
+        out.write(text + "\n")
+
+
+_HEADER = ("id", "started", "source", "profile", "model", "status", "duration", "tokens")
+
+
+def _line(cells: tuple[str, ...], widths: list[int]) -> str:
+    parts = [c.ljust(w) for c, w in zip(cells[:-2], widths, strict=False)]
+    parts += [cells[-2].rjust(widths[-2]), cells[-1].rjust(widths[-1])]
+    return "  ".join(parts)
+
+
+# -- show ----------------------------------------------------------------------------------
+
+def _show(rollout: Rollout, out: TextIO, style: Style) -> None:
     meta = rollout.meta
-    out.write(f"session {rollout.session_id}  ({meta.get('session_type') or rollout.source_kind},"
-              f" model {meta.get('model')}, {rollout.status})\n")
+    kind = rollout.profile or rollout.source_kind
+    out.write(style(f"session {rollout.session_id}", BOLD) + f"  ({kind})\n")
+    tokens = rollout.total_tokens
+    out.write(f"  status   {style.status(rollout.status)}  "
+              f"({seconds_text(rollout.duration)}, {tokens} tokens)\n")
+    out.write(f"  started  {local_time(meta.get('timestamp'))}  source {rollout.source_kind}\n")
     if rollout.parent_id:
-        out.write(f"parent  {rollout.parent_id}\n")
-    if meta.get("instructions"):
-        first = str(meta["instructions"]).strip().splitlines()[0]
-        out.write(f"instructions: {first} ...\n")
+        depth = meta["source"]["subsession"].get("depth", "?")
+        out.write(f"  parent   {rollout.parent_id}  (depth {depth})\n")
+    out.write(f"  model    {meta.get('model')} ({meta.get('model_provider')})\n")
+    out.write(f"  cwd      {meta.get('cwd')}\n  file     {rollout.path}\n")
+    instructions = str(meta.get("instructions") or "").strip()
+    if instructions:
+        lines = instructions.splitlines()
+        more = " ..." if len(lines) > 1 else ""
+        out.write(style(f"  instructions: {lines[0]}{more}", DIM) + "\n")
     for record in rollout.records:
-        payload = record["payload"]
-        kind = payload.get("type")
-        if record["type"] == "response_item":
-            if kind == "message":
-                out.write(f"\n[{payload.get('role')}] {message_text(payload)}\n")
-            elif kind == "function_call":
-                out.write(f"  -> {payload.get('name')}({payload.get('arguments')})"
-                          f"  [{payload.get('call_id')}]\n")
-            elif kind == "function_call_output":
-                mark = "ok" if payload.get("success") else "failed"
-                out.write(f"  <- {mark}: {payload.get('output')}\n")
-        elif record["type"] == "event_msg" and kind in (
-            "background_event", "task_complete", "turn_aborted", "error"
-        ):
-            detail = payload.get("message") or payload.get("reason") or ""
-            out.write(f"  * {kind} {detail}\n".rstrip() + "\n")
+        for line in render_record(record, style):
+            out.write(line + "\n")
+    if rollout.status == "running":
+        out.write(style("  * still running (no ending yet)", DIM) + "\n")
+    elif rollout.status == "interrupted" and not rollout.events("turn_aborted")[-1:]:
+        out.write(style(f"  * interrupted: its process (pid {meta.get('pid', '?')}) is gone "
+                        "and the task has no ending", MAGENTA) + "\n")
     for skipped in rollout.skipped:
-        out.write(f"  ! skipped line {skipped.line}: {skipped.reason}\n")
+        out.write(style(f"  ! skipped line {skipped.line}: {skipped.reason}", MAGENTA) + "\n")
 
 
-def _duration(node: RolloutNode) -> str:
-    records = node.rollout.records
-    if len(records) < 2:
-        return "-"
-    start = records[0]["timestamp"]
-    end = records[-1]["timestamp"]
-    seconds = _seconds(end) - _seconds(start)
-    return f"{seconds:.2f}s"
+# -- tree ----------------------------------------------------------------------------------
+
+def print_tree(nodes: list[RolloutNode], out: TextIO, style: Style | None = None) -> None:
+    """Roots flush left, descendants under them with box-drawing branches."""
+    _branches(nodes, out, style or Style(False), "", top=True)
 
 
-def _seconds(stamp: str) -> float:
-    clock = stamp[11:-1]
-    hours, minutes, seconds = clock.split(":")
-    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
-
-
-def print_tree(nodes: list[RolloutNode], out: TextIO, prefix: str = "", top: bool = True) -> None:
+def _branches(nodes: list[RolloutNode], out: TextIO, style: Style, prefix: str, top: bool) -> None:
     for index, node in enumerate(nodes):
         last = index == len(nodes) - 1
         branch = "" if top else "└── " if last else "├── "
-        rollout = node.rollout
-        kind = rollout.meta.get("session_type") or rollout.source_kind
-        out.write(f"{prefix}{branch}{rollout.session_id}  {kind:<13} {rollout.status:<10} "
-                  f"{_duration(node)}\n")
+        summary = node.rollout
+        kind = summary.profile or summary.source_kind
+        out.write(f"{prefix}{branch}{summary.session_id}  {kind:<13} "
+                  f"{style.status(summary.status, 11)} {seconds_text(summary.duration)}\n")
         child_prefix = prefix if top else prefix + ("    " if last else "│   ")
-        print_tree(list(node.children), out, child_prefix, top=False)
+        _branches(list(node.children), out, style, child_prefix, top=False)
 
 
+# -- tail ----------------------------------------------------------------------------------
+
+def _tail(args: argparse.Namespace, home: Path, out: TextIO, style: Style) -> int:
+    if args.lines < 0 or args.interval <= 0:
+        raise InvalidArguments("tail", "--lines must be 0 or more and --interval positive")
+    summary = summarise(str(find_rollout(home, args.id)))
+    tail = Tail(summary, interval=args.interval)
+    if not args.raw:
+        kind = summary.profile or summary.source_kind
+        out.write(style(f"session {summary.session_id}", BOLD)
+                  + f"  ({kind}, {style.status(summary.status)})\n")
+
+    def shown(line: bytes) -> list[str]:
+        if args.raw:
+            return [line.decode("utf-8", "replace")]
+        record = as_record(line)
+        if record is None:
+            return [style("  ! an unreadable line", MAGENTA)]
+        return render_record(record, style)
+
+    def emit(line: bytes) -> None:
+        for text in shown(line):
+            out.write(text + "\n")
+
+    for line in tail.last(args.lines, lambda line: bool(shown(line))):
+        emit(line)
+    out.flush()
+    if args.follow:
+        for line in tail.follow():
+            emit(line)
+            out.flush()
+        if tail.writer_gone:
+            note = (f"* its process (pid {tail.writer.get('pid', '?')}) is gone: "
+                    f"the session is {tail.status}")
+            if args.raw:
+                sys.stderr.write(note + "\n")
+            else:
+                out.write(style("  " + note, MAGENTA) + "\n")
+    return 0

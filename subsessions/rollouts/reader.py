@@ -1,66 +1,89 @@
-"""Reading rollouts back: tolerant of torn and malformed lines, which it skips and reports."""
+"""Reading a whole rollout back: tolerant of torn and malformed lines, which it skips and reports.
+
+A crash can leave a torn last line and hands can leave junk anywhere, but a
+transcript is still worth reading up to and around them, so only a file whose
+first line is not a `session_meta` is refused (it is not one of ours).
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 from attrs import frozen
 
-from subsessions.errors import RolloutError, UnknownSession, echo
-from subsessions.ids import id_problem
+from subsessions.errors import RolloutError
+from subsessions.rollouts.files import find_rollout, rollout_files
+from subsessions.rollouts.listing import (
+    RolloutNode,
+    RolloutPage,
+    list_rollouts,
+    rollout_tree,
+)
+from subsessions.rollouts.status import TASK_EVENTS, status_of, writer_claim
+from subsessions.rollouts.summary import (
+    NOT_OURS,
+    MetaView,
+    RolloutSummary,
+    as_record,
+    duration,
+    meta_record,
+    token_total,
+)
 
-RECORD_TYPES = frozenset({"session_meta", "turn_context", "response_item", "event_msg"})
-TERMINAL = {"task_complete": "completed", "turn_aborted": "cancelled", "error": "failed"}
+__all__ = [
+    "Rollout",
+    "RolloutNode",
+    "RolloutPage",
+    "RolloutSummary",
+    "SkippedLine",
+    "find_rollout",
+    "list_rollouts",
+    "read_rollout",
+    "rollout_files",
+    "rollout_tree",
+]
+
+TORN = "torn last line"
+INVALID = "invalid JSON"
+UNKNOWN = "unknown record type"
 
 
 @frozen
 class SkippedLine:
-    line: int
-    reason: str
+    line: int  # 1-based, counting blank lines too, as an editor would
+    reason: str  # TORN, INVALID or UNKNOWN
 
 
 @frozen
-class Rollout:
+class Rollout(MetaView):
     path: str
     meta: dict[str, Any]
     records: tuple[dict[str, Any], ...]  # every whole record after session_meta, in order
     skipped: tuple[SkippedLine, ...]
-
-    @property
-    def session_id(self) -> str:
-        return str(self.meta.get("id", ""))
-
-    @property
-    def parent_id(self) -> str | None:
-        source = self.meta.get("source")
-        if isinstance(source, dict) and isinstance(source.get("subsession"), dict):
-            parent = source["subsession"].get("parent_session_id")
-            return str(parent) if parent else None
-        return None
-
-    @property
-    def source_kind(self) -> str:
-        source = self.meta.get("source")
-        return "subsession" if isinstance(source, dict) else str(source)
+    meta_stamp: str | None = None  # the timestamp of the session_meta line itself
 
     @property
     def status(self) -> str:
-        """`completed`, `failed`, `cancelled` from the last task's ending; `running` if the last
-        task has none yet; `idle` for a session that never ran a task."""
-        status = "idle"
-        for record in self.records:
-            if record["type"] == "event_msg":
-                kind = record["payload"].get("type")
-                if kind == "task_started":
-                    status = "running"
-                elif kind in TERMINAL:
-                    status = TERMINAL[kind]
-        return status
+        """completed, failed or cancelled from how the last task ended; running or interrupted
+        when it has no ending yet (is the writer alive?); idle if no task ever started."""
+        last: dict[str, Any] | None = None
+        records = self.records
+        for at in range(len(records) - 1, -1, -1):
+            record = records[at]
+            if record["type"] == "event_msg" and record["payload"].get("type") in TASK_EVENTS:
+                last = record["payload"]
+                if last.get("type") == "task_started":
+                    context = next((r for r in reversed(records[:at])
+                                    if r["type"] == "turn_context"), None)
+                    claim = writer_claim(context) if context is not None else None
+                    if claim is not None:
+                        last = {**last, "writer": claim}
+                break
+        return status_of(last, self.meta)
 
     def events(self, kind: str) -> list[dict[str, Any]]:
         return [
@@ -80,9 +103,13 @@ class Rollout:
     @property
     def total_tokens(self) -> int:
         counts = self.events("token_count")
-        if not counts:
-            return 0
-        return int(counts[-1].get("info", {}).get("total_token_usage", {}).get("total_tokens", 0))
+        return (token_total(counts[-1]) or 0) if counts else 0
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from the session's first record to its last."""
+        last = self.records[-1].get("timestamp") if self.records else self.meta_stamp
+        return duration(self.meta_stamp, last if isinstance(last, str) else None)
 
 
 def _lines(data: bytes) -> Iterator[tuple[int, bytes, bool]]:
@@ -106,107 +133,33 @@ def read_rollout(path: str | os.PathLike[str]) -> Rollout:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise RolloutError(path, f"cannot read: {exc.strerror or exc}") from None
-    meta: dict[str, Any] | None = None
+    lines = _lines(data)
+    first = next(lines, None)
+    if first is None or not first[2]:
+        raise RolloutError(path, NOT_OURS)
+    head = meta_record(first[1], path)
     records: list[dict[str, Any]] = []
     skipped: list[SkippedLine] = []
-    for number, text, whole in _lines(data):
+    for number, text, whole in lines:
         if not text.strip():
             continue
-        try:
-            record = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            skipped.append(SkippedLine(number, "invalid JSON" if whole else "torn last line"))
-            continue
-        if (
-            not isinstance(record, dict)
-            or record.get("type") not in RECORD_TYPES
-            or not isinstance(record.get("payload"), dict)
-        ):
-            skipped.append(SkippedLine(number, "unknown record type"))
-            continue
-        if meta is None:
-            if record["type"] != "session_meta":
-                break
-            meta = record["payload"]
-            continue
-        records.append(record)
-    if meta is None or not isinstance(meta.get("id"), str):
-        raise RolloutError(path, "not a subsessions rollout (no session_meta first line)")
-    return Rollout(path, meta, tuple(records), tuple(skipped))
+        record = as_record(text)
+        if record is not None:
+            records.append(record)
+        elif not whole:
+            skipped.append(SkippedLine(number, TORN))
+        else:
+            skipped.append(SkippedLine(number, _why(text)))
+    stamp = head.get("timestamp")
+    return Rollout(
+        path, head["payload"], tuple(records), tuple(skipped),
+        stamp if isinstance(stamp, str) else None,
+    )
 
 
-def rollout_files(home: str | os.PathLike[str]) -> list[Path]:
-    """Every rollout file under the home, oldest first (uuid7 ids sort by time)."""
-    root = Path(home) / "sessions"
-    found = root.glob("*/*/*/rollout-*.jsonl")
-    return sorted(found, key=lambda p: p.name[-42:])
-
-
-def find_rollout(home: str | os.PathLike[str], id_or_prefix: str) -> Path:
-    """The rollout whose session id is or starts with `id_or_prefix`."""
-    problem = id_problem(id_or_prefix)
-    if problem is not None or not id_or_prefix:
-        raise UnknownSession(id_or_prefix, f"not a session id: {echo(id_or_prefix)!r}")
-    matches = [p for p in rollout_files(home) if p.name[-42:-6].startswith(id_or_prefix)]
-    if not matches:
-        raise UnknownSession(id_or_prefix)
-    if len(matches) > 1:
-        names = ", ".join(p.name[-42:-6] for p in matches[:10])
-        raise UnknownSession(id_or_prefix, f"ambiguous id {id_or_prefix}; candidates: {names}")
-    return matches[0]
-
-
-def list_rollouts(
-    home: str | os.PathLike[str],
-    *,
-    parent: str | None = None,
-    source: str | None = None,
-    status: str | None = None,
-    since: datetime | None = None,
-    limit: int | None = None,
-) -> list[Rollout]:
-    """Rollouts newest first, filtered; unreadable files are left out."""
-    found: list[Rollout] = []
-    for path in reversed(rollout_files(home)):
-        if since is not None and path.stat().st_mtime < since.timestamp():
-            continue
-        try:
-            rollout = read_rollout(path)
-        except RolloutError:
-            continue
-        if parent is not None and rollout.parent_id != parent:
-            continue
-        if source is not None and rollout.source_kind != source:
-            continue
-        if status is not None and rollout.status != status:
-            continue
-        found.append(rollout)
-        if limit is not None and len(found) >= limit:
-            break
-    return found
-
-
-@frozen
-class RolloutNode:
-    rollout: Rollout
-    children: tuple[RolloutNode, ...]
-
-
-def rollout_tree(home: str | os.PathLike[str], root_id: str | None = None) -> list[RolloutNode]:
-    """Top-level sessions (or the one named) with their descendants, oldest first."""
-    everything = list(reversed(list_rollouts(home)))
-    by_parent: dict[str | None, list[Rollout]] = {}
-    ids = {r.session_id for r in everything}
-    for rollout in everything:
-        parent = rollout.parent_id if rollout.parent_id in ids else None
-        by_parent.setdefault(parent, []).append(rollout)
-
-    def build(rollout: Rollout) -> RolloutNode:
-        kids = by_parent.get(rollout.session_id, [])
-        return RolloutNode(rollout, tuple(build(k) for k in kids))
-
-    if root_id is None:
-        return [build(r) for r in by_parent.get(None, [])]
-    path = find_rollout(home, root_id)
-    chosen = next(r for r in everything if r.path == str(path))
-    return [build(chosen)]
+def _why(text: bytes) -> str:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return INVALID
+    return UNKNOWN

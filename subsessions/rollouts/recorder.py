@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,6 @@ import orjson
 from subsessions.errors import RolloutError
 
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-_LINE = orjson.OPT_APPEND_NEWLINE
 
 
 class _Clock:
@@ -48,27 +48,30 @@ class _Clock:
 
 clock = _Clock()
 
-_Waiter = tuple[asyncio.Future[None], str]
+# Called on the event loop once a chunk is in its file (None) or could not be written.
+Written = Callable[[RolloutError | None], None]
+_Waiter = tuple[Written, str]
 
 
 class RolloutWriter:
     """Appends queued chunks to their files on one background thread."""
 
     def __init__(self) -> None:
-        self._queue: deque[tuple[str, bytes, asyncio.Future[None] | None]] = deque()
+        self._queue: deque[tuple[str, bytes, Written | None]] = deque()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stopped: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._made_dirs: set[str] = set()
+        self._idle = False  # the thread is (about to be) waiting for work
         self._failed: dict[str, str] = {}  # lost writes, reported at the next durable flush
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping else "running" if self._thread else "idle"
         return f"<RolloutWriter {state} queued={len(self._queue)}>"
 
-    def submit(self, path: str, data: bytes, waiter: asyncio.Future[None] | None) -> None:
+    def submit(self, path: str, data: bytes, waiter: Written | None) -> None:
         if self._stopping:
             raise RuntimeError("rollout writer is closed")
         if self._thread is None:
@@ -76,7 +79,8 @@ class RolloutWriter:
             self._thread = threading.Thread(target=self._run, name="rollout-writer", daemon=True)
             self._thread.start()
         self._queue.append((path, data, waiter))
-        self._wake.set()
+        if self._idle:  # a busy writer drains the queue before it sleeps again
+            self._wake.set()
 
     async def aclose(self) -> None:
         """Write everything queued, then stop the thread."""
@@ -93,7 +97,10 @@ class RolloutWriter:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait()
+            self._idle = True
+            if not self._queue and self._stopped is None:  # checked after saying we are idle
+                self._wake.wait()
+            self._idle = False
             self._wake.clear()
             batch: dict[str, list[bytes]] = {}
             waiters: list[_Waiter] = []
@@ -153,14 +160,9 @@ def _make_private_dirs(folder: str) -> None:
 
 
 def _resolve(waiters: list[_Waiter], failed: dict[str, str]) -> None:
-    for future, path in waiters:
-        if future.done():
-            continue
+    for written, path in waiters:
         problem = failed.get(path)
-        if problem is None:
-            future.set_result(None)
-        else:
-            future.set_exception(RolloutError(path, problem))
+        written(None if problem is None else RolloutError(path, problem))
 
 
 def _set_done(future: asyncio.Future[None]) -> None:
@@ -191,19 +193,25 @@ class RolloutRecorder:
     capacity, so holding them until a flush would cost far more than the lines.
     """
 
-    __slots__ = ("_buffer", "_writer", "path")
+    __slots__ = ("_buffer", "_dirty", "_writer", "path")
 
-    def __init__(self, writer: RolloutWriter, path: str) -> None:
+    def __init__(
+        self, writer: RolloutWriter, path: str, dirty: set[RolloutRecorder] | None = None
+    ) -> None:
         self._writer = writer
         self._buffer = bytearray()
+        self._dirty = dirty  # where a recorder with unwritten lines announces itself
         self.path = path
 
     def __repr__(self) -> str:
         return f"<RolloutRecorder {self.path} buffered={len(self._buffer)}B>"
 
     def record(self, kind: str, payload: dict[str, Any]) -> None:
-        self._buffer += orjson.dumps(
-            {"timestamp": clock.now(), "type": kind, "payload": payload}, option=_LINE
+        if not self._buffer and self._dirty is not None:
+            self._dirty.add(self)
+        # The envelope by hand around orjson's payload: one object fewer to serialise per line.
+        self._buffer += b'{"timestamp":"%s","type":"%s","payload":%s}\n' % (
+            clock.now().encode(), kind.encode(), orjson.dumps(payload)
         )
 
     def event(self, payload: dict[str, Any]) -> None:
@@ -215,9 +223,22 @@ class RolloutRecorder:
             self._writer.submit(self.path, bytes(self._buffer), None)
             self._buffer.clear()
 
+    def flush_then(self, written: Written) -> None:
+        """Hand what is buffered to the writer; `written` is called once it is in the file."""
+        self._writer.submit(self.path, bytes(self._buffer), written)
+        self._buffer.clear()
+
     def flush_durable(self) -> asyncio.Future[None]:
         """Hand what is buffered to the writer; the future resolves once it is in the file."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._writer.submit(self.path, bytes(self._buffer), waiter)
-        self._buffer.clear()
-        return waiter
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def written(error: RolloutError | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        self.flush_then(written)
+        return future

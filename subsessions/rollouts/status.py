@@ -3,8 +3,10 @@
 Every task ends with exactly one terminal record, so the last task record
 decides: `task_complete`, `error` and `turn_aborted` name how it ended. A task
 with no terminal record is either still being run or its process died, and
-only the writer's `pid` in `session_meta` can tell them apart. Pids are
-reused, so the process must also have started no later than the session.
+only the writer's `pid` can tell them apart: the one in `session_meta`, or, for
+a task that a later process resumed in the same file, one in the `turn_context`
+that opened the task. Pids are reused, so the process must also have started
+no later than the record that names it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ _START_SLACK = 2.0
 
 
 def status_of(last_task_event: dict[str, Any] | None, meta: dict[str, Any]) -> str:
-    """The status given the session's last task event (None when it never ran a task)."""
+    """The status given the session's last task event (None when it never ran a task).
+
+    An open task's event may carry a `writer` claim (`pid`, `timestamp`) taken
+    from its turn_context; otherwise the session_meta's is the one.
+    """
     if last_task_event is None:
         return "idle"
     kind = last_task_event.get("type")
@@ -35,22 +41,32 @@ def status_of(last_task_event: dict[str, Any] | None, meta: dict[str, Any]) -> s
     if kind == "turn_aborted":
         # "interrupted" is recorded when the task was torn down by something other than a cancel.
         return "interrupted" if last_task_event.get("reason") == "interrupted" else "cancelled"
-    return "running" if writer_alive(meta) else "interrupted"
+    claim = last_task_event.get("writer")
+    return "running" if writer_alive(claim if isinstance(claim, dict) else meta) else "interrupted"
+
+
+def writer_claim(turn_context: dict[str, Any]) -> dict[str, Any] | None:
+    """The writer a `turn_context` record names (`pid` in its payload), if it names one."""
+    pid = turn_context["payload"].get("pid")
+    if type(pid) is not int:
+        return None
+    return {"pid": pid, "timestamp": turn_context.get("timestamp")}
 
 
 def is_terminal(payload: dict[str, Any]) -> bool:
     return payload.get("type") in TERMINAL_EVENTS
 
 
-def writer_alive(meta: dict[str, Any]) -> bool:
-    """Whether the process that wrote this rollout still runs (not a later one with its pid)."""
-    pid = meta.get("pid")
+def writer_alive(claim: dict[str, Any]) -> bool:
+    """Whether the process a `pid` + `timestamp` names (a session_meta payload, or a claim
+    from a turn_context) still runs, and is not a later process that got the same pid."""
+    pid = claim.get("pid")
     if type(pid) is not int or pid <= 0:
         return False  # no pid recorded: nobody can be shown to be writing it
     started = process_start(pid)
     if started is None:
         return False
-    session_start = parse_stamp(meta.get("timestamp"))
+    session_start = parse_stamp(claim.get("timestamp"))
     if session_start is None or started == float("-inf"):
         return True  # nothing to compare with: existence is all we can check
     return started <= session_start + _START_SLACK
