@@ -194,7 +194,7 @@ async def run(args: argparse.Namespace) -> None:
 
     lat_base: list[float] = []
     lat_subj: list[float] = []
-    for r in range(args.rounds):
+    for r in range(args.latency_rounds):  # short phases: more rounds for a stable median
         elapsed, _ = await baseline(base / f"la{r}", args.latency_n, 0.1)
         lat_base.append(elapsed)
         elapsed, _ = await subject(base / f"lb{r}", args.latency_n, 0.1)
@@ -220,6 +220,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--latency-n", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency-rounds", type=int, default=9)
     parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
     asyncio.run(run(parser.parse_args()))
 
