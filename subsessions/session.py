@@ -243,8 +243,9 @@ class Session:
             "turn_context",
             {
                 "cwd": self.cwd,
-                "approval_policy": "never" if self.parent is not None else "on-request",
+                "approval_policy": "never" if self.parent is not None else self.config.approval,
                 "model": self.model,
+                "pid": _PID,  # the writer of this task (a resumed session's differs from meta's)
             },
         )
         record.event({"type": "task_started"})

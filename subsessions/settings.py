@@ -14,10 +14,10 @@ from urllib.parse import urlparse
 from attrs import evolve, frozen
 
 from subsessions.errors import ConfigError, MissingApiKey
-from subsessions.models.openai_common import RetryPolicy
 
 if TYPE_CHECKING:  # the openai SDK is imported only by commands that talk to a model
     from subsessions.models.openai_chat import OpenAIChatModel
+    from subsessions.models.openai_common import RetryPolicy
     from subsessions.models.openai_responses import OpenAIResponsesModel
 
 WIRE_APIS = ("responses", "chat")

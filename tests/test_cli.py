@@ -65,14 +65,20 @@ def test_demo_shows_children_and_a_nested_tree(tmp_path: Path) -> None:
 def test_demo_home_leaves_readable_rollouts(demo: tuple[Path, list[str]]) -> None:
     home, _ = demo
     rollouts = [read_rollout(p) for p in rollout_files(home)]
-    assert len(rollouts) == 6
+    # scene 1: a parent, four children, one grandchild; scene 2: a parent and two workers
+    assert len(rollouts) == 9
     assert all(r.skipped == () for r in rollouts)
-    parent = rollouts[0]
-    assert parent.parent_id is None and parent.status == "completed"
+    parent, worker_parent = [r for r in rollouts if r.parent_id is None]
+    assert parent.status == worker_parent.status == "completed"
     children = [r for r in rollouts if r.parent_id == parent.session_id]
     assert sorted(r.meta["session_type"] for r in children) == sorted(BUILTINS)
-    (grandchild,) = [r for r in rollouts if r.parent_id not in (None, parent.session_id)]
+    grandchildren = [r for r in rollouts
+                     if r.parent_id not in (None, parent.session_id, worker_parent.session_id)]
+    (grandchild,) = grandchildren
     assert grandchild.parent_id in {c.session_id for c in children}
+    workers = [r for r in rollouts if r.parent_id == worker_parent.session_id]
+    assert sorted(r.meta["session_type"] for r in workers) == ["linter_fixer", "tester"]
+    assert all(r.status == "completed" for r in workers)
 
 
 def test_profiles_list_shows_builtins_with_their_source(tmp_path: Path) -> None:
@@ -118,8 +124,15 @@ def test_rollouts_list_table(demo: tuple[Path, list[str]], tmp_path: Path) -> No
     result = cli("rollouts", "list", "--home", str(home), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split()[0] == "id" and "status" in header
-    assert [row.split()[0] for row in rows] == ids[::-1]  # newest first
+    assert header.split() == [
+        "id", "started", "source", "profile", "model", "status", "duration", "tokens"
+    ]
+    prefixes = [row.split()[0] for row in rows]
+    assert len(prefixes) == len(ids)
+    for prefix, full in zip(prefixes, ids[::-1], strict=True):  # newest first
+        assert full.startswith(prefix) and len(prefix) >= 8
+        assert [i for i in ids if i.startswith(prefix)] == [full]  # enough to name it alone
+    assert "\x1b[" not in result.stdout  # piped: no colour
 
 
 def test_rollouts_list_json(demo: tuple[Path, list[str]], tmp_path: Path) -> None:
@@ -128,11 +141,19 @@ def test_rollouts_list_json(demo: tuple[Path, list[str]], tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     rows = [orjson.loads(line) for line in result.stdout.splitlines()]
     assert [r["id"] for r in rows] == ids[::-1]
-    assert sorted(r["source"] for r in rows) == ["exec"] + ["subsession"] * 5
-    assert sorted(r["status"] for r in rows) == ["cancelled"] * 2 + ["completed"] * 4
-    filtered = cli("rollouts", "list", "--json", "--parent", ids[0], "--home", str(home),
+    whole = {r.session_id: r for r in map(read_rollout, rollout_files(home))}
+    for row in rows:  # each row says what the whole transcript says
+        rollout = whole[row["id"]]
+        assert (row["source"], row["status"], row["parent"], row["profile"]) == (
+            rollout.source_kind, rollout.status, rollout.parent_id, rollout.profile
+        )
+        assert row["tokens"] == (rollout.total_tokens or None)
+    assert {r["status"] for r in rows} == {"completed", "cancelled"}  # the demo cancels one
+    children = [i for i in ids[::-1] if whole[i].parent_id == ids[0]]
+    assert len(children) == 4
+    filtered = cli("rollouts", "list", "--json", "--parent", ids[0][:13], "--home", str(home),
                    cwd=tmp_path)
-    assert len(filtered.stdout.splitlines()) == 4
+    assert [orjson.loads(line)["id"] for line in filtered.stdout.splitlines()] == children
 
 
 def test_rollouts_show_by_prefix(demo: tuple[Path, list[str]], tmp_path: Path) -> None:
@@ -154,11 +175,16 @@ def test_rollouts_tree(demo: tuple[Path, list[str]], tmp_path: Path) -> None:
     home, ids = demo
     result = cli("rollouts", "tree", "--home", str(home), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    whole = {r.session_id: r for r in map(read_rollout, rollout_files(home))}
+    roots = [i for i in ids if whole[i].parent_id is None]
+    depth = {i: 0 if i in roots else 1 if whole[i].parent_id in roots else 2 for i in ids}
     lines = result.stdout.splitlines()
-    assert lines[0].startswith(ids[0])  # the parent is the only root
+    assert lines[0].startswith(ids[0])  # the demo's first parent is the first root
+    assert [line[:36] for line in lines if line[:1] in "0123456789abcdef"] == roots
     assert sorted(re.findall(r"[0-9a-f-]{36}", result.stdout)) == sorted(ids)
-    assert len(re.findall(r"^[├└]── ", result.stdout, re.M)) == 4  # the parent's children
-    assert len(NESTED.findall(result.stdout)) == 1  # the grandchild, indented under its parent
+    children = len(re.findall(r"^[├└]── ", result.stdout, re.M))
+    assert children == sum(d == 1 for d in depth.values())
+    assert len(NESTED.findall(result.stdout)) == sum(d == 2 for d in depth.values()) >= 1
 
 
 @pytest.mark.parametrize("bad", ["unknown-id", "../x", "common-prefix"])

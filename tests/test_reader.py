@@ -1,8 +1,15 @@
-"""Reading rollouts written by a real Engine: status, tolerance, lookup, listing, tree."""
+"""Reading rollouts back: status, tolerance, lookup, listing and its index, paging, tree."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +17,7 @@ import orjson
 import pytest
 
 from subsessions import Engine, ModelRequest, ScriptedModel, SessionConfig
-from subsessions.errors import RolloutError, UnknownSession
+from subsessions.errors import RolloutError, SubsessionError, UnknownSession
 from subsessions.rollouts import (
     SkippedLine,
     find_rollout,
@@ -18,6 +25,8 @@ from subsessions.rollouts import (
     read_rollout,
     rollout_tree,
 )
+from subsessions.rollouts import index as index_module
+from subsessions.rollouts.recorder import rollout_path
 
 
 def _call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -256,3 +265,375 @@ async def test_rollout_tree_lists_a_second_top_level_session_as_a_root(
     other = await one_session(home, ["hello"])
     roots = [n.rollout.session_id for n in rollout_tree(home)]
     assert roots == [family["parent"], read_rollout(other).session_id]
+
+
+# -- hand-made rollouts: statuses, summaries, the index, paging ------------------------------
+
+START = 1_790_000_000.0  # 2026-09-21, well before any process of this test run started
+
+
+def uuid7_at(seconds: float, tail: int = 0) -> str:
+    """A uuid7 for a chosen creation time (so tests control order and --since)."""
+    value = (int(seconds * 1000) << 80) | (0x7 << 76) | (0b10 << 62) | tail
+    return str(uuid.UUID(int=value))
+
+
+def record(kind: str, payload: dict[str, Any], stamp: str = "2026-09-21T12:00:00.000Z") -> bytes:
+    return orjson.dumps({"timestamp": stamp, "type": kind, "payload": payload}) + b"\n"
+
+
+def event(kind: str, stamp: str = "2026-09-21T12:00:01.500Z", **fields: Any) -> bytes:
+    return record("event_msg", {"type": kind, **fields}, stamp)
+
+
+def tokens(total: int) -> bytes:
+    usage = {"input_tokens": total, "output_tokens": 0, "total_tokens": total}
+    return event("token_count", info={"last_token_usage": usage, "total_token_usage": usage})
+
+
+def write_rollout(
+    home: Path,
+    *lines: bytes,
+    session_id: str | None = None,
+    started: float = START,
+    pid: int | None = None,
+    parent: str | None = None,
+    timestamp: str | None = None,
+) -> Path:
+    """A rollout as the engine lays it out: the meta line, then `lines` as given."""
+    session_id = session_id or uuid7_at(started)
+    meta: dict[str, Any] = {
+        "id": session_id,
+        "timestamp": timestamp or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "cwd": "/work", "originator": "subsessions", "cli_version": "0", "model": "m",
+        "model_provider": "scripted", "instructions": "be brief",
+        "source": "exec" if parent is None else {
+            "subsession": {"parent_session_id": parent, "depth": 1, "session_type": "tester"}
+        },
+    }
+    if parent is not None:
+        meta["session_type"] = "tester"
+    if pid is not None:
+        meta["pid"] = pid
+    path = Path(rollout_path(home, session_id, started))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(record("session_meta", meta, "2026-09-21T12:00:00.250Z") + b"".join(lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+OPEN_TASK = (event("task_started"), tokens(40))
+
+
+@pytest.mark.parametrize(
+    ("lines", "status"),
+    [
+        ((), "idle"),
+        ((*OPEN_TASK, event("task_complete", last_agent_message="ok")), "completed"),
+        ((*OPEN_TASK, event("error", message="boom")), "failed"),
+        ((*OPEN_TASK, event("turn_aborted", reason="cancelled")), "cancelled"),
+        ((*OPEN_TASK, event("turn_aborted", reason="interrupted")), "interrupted"),
+        # a second task that has not ended decides, not the first one's ending
+        ((*OPEN_TASK, event("task_complete"), event("task_started")), "running"),
+        # a parent's rollout gains child notices after its own task ended
+        ((*OPEN_TASK, event("task_complete"), event("background_event", message="x")),
+         "completed"),
+    ],
+    ids=["idle", "completed", "failed", "cancelled", "aborted-interrupted", "second-task",
+         "notice-after-end"],
+)
+def test_status_from_the_last_task_record(
+    home: Path, lines: tuple[bytes, ...], status: str
+) -> None:
+    path = write_rollout(home, *lines, pid=os.getpid(), started=time.time())
+    assert read_rollout(path).status == status
+    (listed,) = list_rollouts(home)
+    assert listed.status == status
+
+
+def test_open_task_is_running_only_while_its_writer_lives(home: Path, dead_pid: int) -> None:
+    now = time.time()
+    alive = write_rollout(home, *OPEN_TASK, pid=os.getpid(), started=now)
+    gone = write_rollout(home, *OPEN_TASK, pid=dead_pid, started=now + 1)
+    no_pid = write_rollout(home, *OPEN_TASK, started=now + 2)
+    # our pid, but this process started long after the session did: the pid was reused
+    reused = write_rollout(home, *OPEN_TASK, pid=os.getpid(), started=START)
+    assert read_rollout(alive).status == "running"
+    assert read_rollout(gone).status == "interrupted"
+    assert read_rollout(no_pid).status == "interrupted"
+    assert read_rollout(reused).status == "interrupted"
+    statuses = {r.path: r.status for r in list_rollouts(home)}
+    assert statuses == {str(alive): "running", str(gone): "interrupted",
+                        str(no_pid): "interrupted", str(reused): "interrupted"}
+
+
+def test_a_task_resumed_by_another_process_is_judged_by_that_process(
+    home: Path, dead_pid: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed session keeps its first session_meta; its turn_context names the new writer."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time()))
+
+    def resumed_by(pid: int, stamp: str, started: float) -> Path:
+        return write_rollout(
+            home, *OPEN_TASK, event("task_complete"),
+            record("turn_context", {"cwd": "/work", "pid": pid}, stamp), event("task_started"),
+            pid=dead_pid, started=started,
+        )
+
+    live = resumed_by(os.getpid(), now, START)
+    stale = resumed_by(os.getpid(), "2001-01-01T00:00:00.000Z", START + 1)  # an earlier owner
+    gone = resumed_by(dead_pid, now, START + 2)
+    assert len({live, stale, gone}) == 3
+    expected = {str(live): "running", str(stale): "interrupted", str(gone): "interrupted"}
+    assert {str(p): read_rollout(p).status for p in (live, stale, gone)} == expected
+    assert {r.path: r.status for r in list_rollouts(home)} == expected
+    monkeypatch.setattr(index_module, "_DIRECT", 0)
+    for _ in range(2):  # building the index, then reading from it
+        assert {r.path: r.status for r in list_rollouts(home)} == expected
+
+
+KILLED = r"""
+import asyncio, sys
+from pathlib import Path
+from subsessions import Engine, ScriptedModel
+
+async def main(home):
+    async def hang(request):
+        await asyncio.Event().wait()
+
+    async with Engine(home, model_client=ScriptedModel(hang)) as engine:
+        parent = await engine.create_session()
+        asyncio.get_running_loop().create_task(parent.send_and_wait("work"))
+        child = await parent.subsessions.spawn_child("tester", "work too")
+        while len(engine.model_client.requests) < 2:
+            await asyncio.sleep(0.01)
+        paths = [Path(parent.recorder.path), *Path(home).glob(f"sessions/*/*/*/*{child}.jsonl")]
+        while len(paths) < 2 or any(b"user_message" not in p.read_bytes() for p in paths):
+            await asyncio.sleep(0.01)
+            paths = paths[:1] + list(Path(home).glob(f"sessions/*/*/*/*{child}.jsonl"))
+        print(parent.session_id, child, flush=True)
+        await asyncio.Event().wait()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_a_process_killed_mid_task_leaves_interrupted_whole_rollouts(home: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(home)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        parent, child = line.split()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        if proc.stdout:
+            proc.stdout.close()
+    for session_id in (parent, child):
+        path = find_rollout(home, session_id)
+        rollout = read_rollout(path)
+        assert rollout.status == "interrupted"
+        assert rollout.skipped == ()
+        data = path.read_bytes()
+        assert data.endswith(b"\n")
+        assert all(orjson.loads(line) for line in data.splitlines())  # every line whole
+        assert rollout.events("task_started") and rollout.events("user_message")
+    assert {r.session_id: r.status for r in list_rollouts(home)} == {
+        parent: "interrupted", child: "interrupted"
+    }
+    assert list_rollouts(home, parent=parent)[0].session_id == child
+
+
+def test_non_utf8_bytes_in_the_middle_are_skipped_and_reported(home: Path) -> None:
+    path = write_rollout(home, event("task_started"), b'{"text": "\xff\xfe"}\n',
+                         event("task_complete"))
+    rollout = read_rollout(path)
+    assert rollout.skipped == (SkippedLine(3, "invalid JSON"),)
+    assert rollout.status == "completed"
+
+
+def test_a_junk_first_line_means_not_a_rollout(home: Path) -> None:
+    path = write_rollout(home, event("task_started"))
+    path.write_bytes(b"junk\n" + path.read_bytes())
+    with pytest.raises(RolloutError, match="not a subsessions rollout"):
+        read_rollout(path)
+    assert list(list_rollouts(home)) == []
+    assert list_rollouts(home).unreadable == (str(path),)
+
+
+def test_summaries_agree_with_whole_reads(home: Path, family: dict[str, str]) -> None:
+    for summary in list_rollouts(home):
+        whole = read_rollout(summary.path)
+        assert summary.session_id == whole.session_id
+        assert summary.status == whole.status
+        assert summary.tokens == (whole.total_tokens or None)
+        assert summary.duration == whole.duration
+        assert (summary.parent_id, summary.source_kind, summary.profile, summary.model) == (
+            whole.parent_id, whole.source_kind, whole.profile, whole.model
+        )
+        assert (summary.started, summary.pid) == (whole.meta["timestamp"], whole.meta["pid"])
+
+
+def test_summary_reads_back_past_a_long_ending(home: Path) -> None:
+    """The token total lies before an answer far longer than the tail window."""
+    answer = "x" * 100_000
+    path = write_rollout(
+        home, event("task_started"), tokens(1234),
+        record("response_item", {"type": "message", "role": "assistant",
+                                 "content": [{"type": "output_text", "text": answer}]}),
+        event("agent_message", message=answer),
+        event("task_complete", "2026-09-21T12:00:09.750Z", last_agent_message=answer),
+        b'{"timestamp":"2026-09-21T12:00:10.000Z","type":"event_msg","payl',  # torn
+    )
+    (summary,) = list_rollouts(home)
+    assert (summary.status, summary.tokens, summary.duration) == ("completed", 1234, 9.5)
+    assert summary.size == len(path.read_bytes()) - len(path.read_bytes().rsplit(b"\n", 1)[1])
+
+
+# -- the index beside the rollouts ---------------------------------------------------------
+
+
+@pytest.fixture
+def indexed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Use the index from the first file on (normally only past the first 128)."""
+    monkeypatch.setattr(index_module, "_DIRECT", 0)
+
+
+def rows(home: Path) -> list[tuple[str, str, int | None]]:
+    return [(r.session_id, r.status, r.tokens) for r in list_rollouts(home)]
+
+
+def test_index_is_written_and_gives_the_same_rows(home: Path, indexed: None) -> None:
+    for offset in range(3):
+        write_rollout(home, *OPEN_TASK, event("task_complete"), started=START + offset)
+    first = rows(home)
+    index = home / "sessions" / "index.jsonl"
+    assert index.exists() and index.stat().st_mode & 0o777 == 0o600
+    before = index.read_bytes()
+    assert rows(home) == first
+    assert index.read_bytes() == before  # nothing changed, nothing written
+    assert [s for s, _, _ in first] == sorted((s for s, _, _ in first), reverse=True)
+
+
+def test_index_notices_a_rollout_that_grew(home: Path, indexed: None) -> None:
+    path = write_rollout(home, *OPEN_TASK, pid=os.getpid(), started=time.time())
+    assert rows(home)[0][1:] == ("running", 40)
+    with path.open("ab") as f:
+        f.write(tokens(90) + event("task_complete"))
+    assert rows(home)[0][1:] == ("completed", 90)
+
+
+def test_index_rederives_liveness_of_an_unchanged_open_task(home: Path, indexed: None) -> None:
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        write_rollout(home, *OPEN_TASK, pid=sleeper.pid, started=time.time() + 1)
+        assert rows(home)[0][1] == "running"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert rows(home)[0][1] == "interrupted"  # same file, same index entry
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"", b"garbage\n\xff\n", b'{"index":"something-else","version":9}\n["x"]\n', b"TORN"],
+    ids=["empty", "garbage", "foreign", "torn-tail"],
+)
+def test_a_damaged_index_is_ignored_and_rebuilt(home: Path, indexed: None, damage: bytes) -> None:
+    for offset in range(3):
+        write_rollout(home, *OPEN_TASK, event("error", message="x"), started=START + offset)
+    good = rows(home)
+    index = home / "sessions" / "index.jsonl"
+    index.write_bytes(index.read_bytes() + damage if damage == b"TORN" else damage)
+    assert rows(home) == good
+    assert rows(home) == good
+
+
+def test_index_entries_of_another_file_are_not_trusted(home: Path, indexed: None) -> None:
+    """An entry is tied to its file's size, mtime and inode, not to its id alone."""
+    path = write_rollout(home, *OPEN_TASK, event("task_complete"))
+    assert rows(home)[0][1] == "completed"
+    data = path.read_bytes().replace(b'"task_complete"', b'"error"        ')
+    path.unlink()
+    path.write_bytes(data)  # same id, same size, new file
+    assert rows(home)[0][1] == "failed"
+
+
+# -- paging, filters, lookups ----------------------------------------------------------------
+
+
+def test_pages_are_stable_while_new_rollouts_appear(home: Path) -> None:
+    made = [write_rollout(home, event("task_started"), event("task_complete"),
+                          started=START + i) for i in range(7)]
+    expected = [read_rollout(p).session_id for p in reversed(made)]
+    seen: list[str] = []
+    cursor = None
+    for page_number in range(10):
+        page = list_rollouts(home, limit=3, cursor=cursor)
+        seen += [r.session_id for r in page]
+        write_rollout(home, event("task_started"), started=START + 100 + page_number)  # newer
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == expected
+    assert list_rollouts(home, cursor=expected[-1]).items == ()
+
+
+def test_since_filters_by_creation_time(home: Path) -> None:
+    old = write_rollout(home, event("task_started"), started=START)
+    new = write_rollout(home, event("task_started"), started=START + 3600)
+    since = datetime.fromtimestamp(START + 60)
+    assert [r.path for r in list_rollouts(home, since=since)] == [str(new)]
+    assert {r.path for r in list_rollouts(home)} == {str(old), str(new)}
+
+
+@pytest.mark.parametrize(
+    ("filters", "problem"),
+    [({"status": "done"}, "status must be one of"), ({"limit": 0}, "limit"),
+     ({"cursor": "../x"}, "not a cursor"), ({"parent": "a/b"}, "not a parent session id")],
+)
+def test_bad_list_arguments_are_clear_errors(
+    home: Path, filters: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(SubsessionError, match=problem):
+        list_rollouts(home, **filters)
+
+
+def test_find_rollout_accepts_an_upper_case_prefix(home: Path) -> None:
+    path = write_rollout(home, event("task_started"))
+    session_id = read_rollout(path).session_id
+    assert find_rollout(home, session_id[:13].upper()) == path
+
+
+def test_find_rollout_refuses_a_symlink(home: Path, tmp_path: Path) -> None:
+    target = write_rollout(tmp_path / "elsewhere", event("task_started"))
+    link = home / "sessions" / "2026" / "09" / "21" / target.name
+    link.parent.mkdir(parents=True)
+    link.symlink_to(target)
+    with pytest.raises(RolloutError, match="symlink"):
+        find_rollout(home, read_rollout(target).session_id)
+    assert list_rollouts(home).unreadable == (str(link),)
+
+
+@pytest.mark.parametrize("bad", ["\x00", "a\\b", "..\\x", "x\n", "%2e%2e/x"])
+def test_find_rollout_rejects_more_hostile_ids(home: Path, bad: str) -> None:
+    write_rollout(home, event("task_started"))
+    with pytest.raises(UnknownSession):
+        find_rollout(home, bad)
+
+
+def test_tree_survives_a_parent_cycle_in_hand_made_files(home: Path) -> None:
+    a, b = uuid7_at(START), uuid7_at(START + 1)
+    write_rollout(home, session_id=a, parent=b, started=START)
+    write_rollout(home, session_id=b, parent=a, started=START + 1)
+    assert rollout_tree(home) == []  # nobody is a root
+    (root,) = rollout_tree(home, a)
+    assert [n.rollout.session_id for n in root.children] == [b]
+    assert root.children[0].children == ()
