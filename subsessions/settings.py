@@ -17,7 +17,6 @@ from subsessions.errors import ConfigError, MissingApiKey
 
 if TYPE_CHECKING:  # the openai SDK is imported only by commands that talk to a model
     from subsessions.models.openai_chat import OpenAIChatModel
-    from subsessions.models.openai_common import RetryPolicy
     from subsessions.models.openai_responses import OpenAIResponsesModel
 
 WIRE_APIS = ("responses", "chat")
@@ -189,6 +188,7 @@ def build_model_client(settings: Settings) -> OpenAIChatModel | OpenAIResponsesM
     import openai
 
     from subsessions.models.openai_chat import OpenAIChatModel
+    from subsessions.models.openai_common import RetryPolicy
     from subsessions.models.openai_responses import OpenAIResponsesModel
 
     provider = settings.provider
