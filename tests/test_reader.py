@@ -194,7 +194,9 @@ async def test_find_rollout_by_id_and_unique_prefix(home: Path, family: dict[str
     shared = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
     assert shared >= 1
     assert find_rollout(home, a).name.endswith(f"-{a}.jsonl")
-    assert read_rollout(find_rollout(home, a[: shared + 1])).session_id == a
+    ids = set(family.values()) - {a}
+    unique = next(a[:n] for n in range(1, 37) if not any(i.startswith(a[:n]) for i in ids))
+    assert read_rollout(find_rollout(home, unique)).session_id == a
     others = [family[k] for k in ("parent", "c3", "gc")]
     ambiguous = a[:shared]
     with pytest.raises(UnknownSession) as caught:
