@@ -165,7 +165,10 @@ def with_overrides(settings: Settings, **flags: Any) -> Settings:
 
 
 def is_loopback(url: str) -> bool:
-    host = urlparse(url).hostname or ""
+    return is_loopback_host(urlparse(url).hostname or "")
+
+
+def is_loopback_host(host: str) -> bool:
     if host == "localhost":
         return True
     try:

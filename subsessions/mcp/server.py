@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ipaddress
 import os
 import signal
 import socket
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from subsessions.errors import ConfigError, SubsessionError
-from subsessions.settings import Settings, build_model_client
+from subsessions.settings import Settings, build_model_client, is_loopback_host
 
 if TYPE_CHECKING:
     from subsessions.mcp.app import SubsessionsMcp
@@ -48,15 +47,6 @@ def parse_http_address(text: str) -> tuple[str, int]:
         raise ConfigError("command line", "--http",
                           f"{text!r} is not HOST:PORT, e.g. 127.0.0.1:8765")
     return host, int(port_text)
-
-
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_http_host(host: str, allow_remote: bool) -> None:

@@ -10,18 +10,15 @@ from __future__ import annotations
 from typing import Any
 from uuid import uuid4
 
-import openai
-
 from subsessions.handlers.subsessions import to_chat_tool
 from subsessions.items import Item, assistant_message, function_call, message_text
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.openai_common import (
     MalformedStream,
+    OpenAIModel,
     Retryable,
-    RetryPolicy,
     next_or_stall,
     opened_within,
-    respond_with_fallback,
 )
 
 _ROLES = {"user": "user", "developer": "system", "system": "system", "assistant": "assistant"}
@@ -64,36 +61,8 @@ class _Call:
         self.arguments: list[str] = []
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(OpenAIModel):
     """Streams Chat Completions through one shared `AsyncOpenAI` client."""
-
-    def __init__(
-        self,
-        client: openai.AsyncOpenAI,
-        *,
-        provider: str = "openai",
-        retry: RetryPolicy | None = None,
-        stream_idle_timeout: float = 300.0,
-    ) -> None:
-        self.client = client
-        self.provider = provider
-        self.retry = retry or RetryPolicy()
-        self.stream_idle_timeout = stream_idle_timeout
-
-    def __repr__(self) -> str:
-        return f"<OpenAIChatModel {self.provider} {self.client.base_url}>"
-
-    async def aclose(self) -> None:
-        await self.client.close()
-
-    async def respond(self, request: ModelRequest) -> ModelResponse:
-        return await respond_with_fallback(request, self._respond_as)
-
-    async def _respond_as(self, request: ModelRequest, model: str) -> ModelResponse:
-        async def attempt() -> ModelResponse:
-            return await self._stream_once(request, model)
-
-        return await self.retry.run(attempt, self.provider)
 
     async def _stream_once(self, request: ModelRequest, model: str) -> ModelResponse:
         arguments: dict[str, Any] = {

@@ -150,3 +150,41 @@ async def respond_with_fallback(
             continue
         return response
     raise ModelError("no model available: " + "; ".join(unavailable))
+
+
+class OpenAIModel:
+    """What both wire clients share: one `AsyncOpenAI`, the retry policy, the fallbacks.
+
+    A subclass streams one attempt at one model in `_stream_once`.
+    """
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        *,
+        provider: str = "openai",
+        retry: RetryPolicy | None = None,
+        stream_idle_timeout: float = 300.0,
+    ) -> None:
+        self.client = client
+        self.provider = provider
+        self.retry = retry or RetryPolicy()
+        self.stream_idle_timeout = stream_idle_timeout
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.provider} {self.client.base_url}>"
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        return await respond_with_fallback(request, self._respond_as)
+
+    async def _respond_as(self, request: ModelRequest, model: str) -> ModelResponse:
+        async def attempt() -> ModelResponse:
+            return await self._stream_once(request, model)
+
+        return await self.retry.run(attempt, self.provider)
+
+    async def _stream_once(self, request: ModelRequest, model: str) -> ModelResponse:
+        raise NotImplementedError

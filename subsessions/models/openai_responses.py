@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import openai
-
 from subsessions.errors import ModelError
 from subsessions.items import Item, assistant_message, function_call
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.openai_common import (
     MalformedStream,
+    OpenAIModel,
     Retryable,
-    RetryPolicy,
     next_or_stall,
     opened_within,
-    respond_with_fallback,
 )
 
 
@@ -58,36 +55,8 @@ def from_responses_output(raw: dict[str, Any]) -> Item | None:
     return None
 
 
-class OpenAIResponsesModel:
+class OpenAIResponsesModel(OpenAIModel):
     """Streams `POST /responses` through one shared `AsyncOpenAI` client."""
-
-    def __init__(
-        self,
-        client: openai.AsyncOpenAI,
-        *,
-        provider: str = "openai",
-        retry: RetryPolicy | None = None,
-        stream_idle_timeout: float = 300.0,
-    ) -> None:
-        self.client = client
-        self.provider = provider
-        self.retry = retry or RetryPolicy()
-        self.stream_idle_timeout = stream_idle_timeout
-
-    def __repr__(self) -> str:
-        return f"<OpenAIResponsesModel {self.provider} {self.client.base_url}>"
-
-    async def aclose(self) -> None:
-        await self.client.close()
-
-    async def respond(self, request: ModelRequest) -> ModelResponse:
-        return await respond_with_fallback(request, self._respond_as)
-
-    async def _respond_as(self, request: ModelRequest, model: str) -> ModelResponse:
-        async def attempt() -> ModelResponse:
-            return await self._stream_once(request, model)
-
-        return await self.retry.run(attempt, self.provider)
 
     async def _stream_once(self, request: ModelRequest, model: str) -> ModelResponse:
         arguments: dict[str, Any] = {
