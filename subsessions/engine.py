@@ -172,7 +172,7 @@ class Engine:
     def adopt(self, session: Session) -> None:
         """Register a session built from disk (resume, fork) as top-level."""
         if session.session_id in self._sessions:
-            raise SessionBusy(session.session_id)
+            raise SessionBusy(session.session_id, "is already open in this engine")
         self._start_flusher()
         self._sessions[session.session_id] = session
         self.dispatcher.register(session)

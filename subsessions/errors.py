@@ -102,9 +102,9 @@ class InvalidArguments(SubsessionError, ValueError):
 
 
 class SessionBusy(SubsessionError):
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, state: str = "is already running a task") -> None:
         self.session_id = session_id
-        super().__init__(f"session {session_id} is already running a task")
+        super().__init__(f"session {session_id} {state}")
 
 
 class EngineClosed(SubsessionError):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from subsessions.config import SessionConfig
+from subsessions.errors import SessionBusy
 from subsessions.manager import Cancelled, ChildState, Done, Failed
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
@@ -22,6 +23,15 @@ from subsessions.rollouts import Rollout, find_rollout, list_rollouts, read_roll
 if TYPE_CHECKING:
     from subsessions.engine import Engine
     from subsessions.session import Session
+
+
+def _ends_torn(path: str) -> bool:
+    with open(path, "rb") as file:
+        file.seek(0, os.SEEK_END)
+        if file.tell() == 0:
+            return False
+        file.seek(-1, os.SEEK_END)
+        return file.read(1) != b"\n"
 
 
 def locate(home: Path, id_or_path: str | os.PathLike[str]) -> str:
@@ -65,15 +75,14 @@ def _ending(rollout: Rollout) -> ChildState:
     if status == "failed":
         errors = rollout.events("error")
         return Failed(str(errors[-1].get("message", "failed")) if errors else "failed")
+    if status == "running":
+        return Failed("still running in another process; it cannot be waited for from here")
     return Failed(f"{status}: the process that ran it ended before it finished")
 
 
-def _ended_at(rollout: Rollout) -> float | None:
-    if not rollout.records:
-        return None
-    stamp = str(rollout.records[-1].get("timestamp", ""))
+def _time(stamp: object) -> float | None:
     try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
 
@@ -81,7 +90,7 @@ def _ended_at(rollout: Rollout) -> float | None:
 def _adopt_children(engine: Engine, session: Session, parent_id: str) -> None:
     from subsessions.session import Session
 
-    for summary in list_rollouts(engine.home, parent=parent_id):
+    for summary in reversed(list_rollouts(engine.home, parent=parent_id)):  # oldest first
         try:
             child_rollout = read_rollout(summary.path)
         except Exception:  # unreadable: it is listed as such by `rollouts list`
@@ -94,7 +103,9 @@ def _adopt_children(engine: Engine, session: Session, parent_id: str) -> None:
             resumed=(child_rollout.session_id, child_rollout.path),
         )
         child.token_usage = _usage(child_rollout)
-        session.subsessions.adopt_ended(child, _ending(child_rollout), _ended_at(child_rollout))
+        child.started_at = _time(meta.get("timestamp")) or child.started_at
+        last = child_rollout.records[-1]["timestamp"] if child_rollout.records else None
+        session.subsessions.adopt_ended(child, _ending(child_rollout), _time(last))
 
 
 async def reopen(
@@ -109,6 +120,8 @@ async def reopen(
 
     path = locate(engine.home, id_or_path)
     rollout = read_rollout(path)
+    if not fork and engine.get_session(rollout.session_id) is not None:
+        raise SessionBusy(rollout.session_id, "is already open in this engine")
     config = _config(rollout, config)
     if fork:
         session = Session(engine, config, source="exec")
@@ -117,6 +130,8 @@ async def reopen(
     else:
         source: Any = rollout.meta.get("source", "exec")
         session = Session(engine, config, source=source, resumed=(rollout.session_id, path))
+        if _ends_torn(path):
+            session.recorder.start_new_line()  # never glue a new line onto a torn one
     items = rollout.response_items()
     session.history.extend(items)
     session.token_usage = _usage(rollout)

@@ -214,6 +214,12 @@ class RolloutRecorder:
             clock.now().encode(), kind.encode(), orjson.dumps(payload)
         )
 
+    def start_new_line(self) -> None:
+        """End a torn last line left by a crash, so the next record starts whole."""
+        if not self._buffer and self._dirty is not None:
+            self._dirty.add(self)
+        self._buffer += b"\n"
+
     def event(self, payload: dict[str, Any]) -> None:
         self.record("event_msg", payload)
 
