@@ -29,6 +29,8 @@ from subsessions.session import Session
 
 T = TypeVar("T")
 FLUSH_SECONDS = 0.1
+HOOK_SECONDS = 5.0  # how long close waits for the hosts' on_session_end hooks
+DRAIN_SECONDS = 10.0  # how long close waits for tasks before cancelling what is left
 
 
 def default_home() -> Path:
@@ -73,14 +75,14 @@ class Engine:
         self.dispatcher = Dispatcher()
         self._sessions: dict[str, Session] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._top_tasks: set[asyncio.Task[Any]] = set()
+        self._top_tasks: dict[asyncio.Task[Any], str] = {}  # send_and_wait tasks, by session
         self._mcp_sources: list[Any] = []  # McpServers, started lazily, stopped at close
         if mcp_servers:
             self._mcp_sources.append(_mcp_servers(mcp_servers, mcp_source))
         self._mcp_engine_sources = tuple(self._mcp_sources)
         self._mcp_by_tables: dict[int, tuple[Mapping[str, Any], Any]] = {}
         self._closed = False
-        self._close_done: asyncio.Future[None] | None = None
+        self._closing: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -137,6 +139,7 @@ class Engine:
                 tools=filter_tools(config.tools, chosen.tools),
                 max_turns=chosen.max_turns,
             )
+        self.check_open()  # closing may have started while the MCP servers started
         session = Session(self, config, source=source, profile=chosen)
         session.write_meta()
         for name, problem in mcp_errors.items():
@@ -233,13 +236,17 @@ class Engine:
 
     async def destroy_session(self, session_id: str) -> None:
         """Abort a top-level session's descendants and forget it; its rollouts stay on disk."""
-        session = self._sessions.get(session_id)
+        session = self._sessions.pop(session_id, None)  # a second destroy finds nothing
         if session is None:
             raise UnknownSession(session_id)
+        running = [task for task, owner in self._top_tasks.items() if owner == session_id]
+        for task in running:
+            task.cancel()  # its children are aborted by the task itself, first
+        if running:
+            await asyncio.wait(running)
         await session.subsessions.abort_all_children()
         await self.dispatcher.invoke_hook(session, "on_session_end", {"reason": "destroy"})
         self.dispatcher.unregister(session_id)
-        del self._sessions[session_id]
         session.events.close()
         await session.recorder.flush_durable()
 
@@ -265,11 +272,12 @@ class Engine:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def run_owned(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run `coro` in an owned task; cancelling the caller cancels it, closing raises."""
+    async def run_owned(self, coro: Coroutine[Any, Any, T], session_id: str = "") -> T:
+        """Run `coro` in an owned task; cancelling the caller cancels it, and closing the
+        engine (or destroying the session) raises `EngineClosed` in the caller."""
         task = self.spawn_task(coro, "subsessions-task")
-        self._top_tasks.add(task)
-        task.add_done_callback(self._top_tasks.discard)
+        self._top_tasks[task] = session_id
+        task.add_done_callback(self._forget_top_task)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -278,44 +286,82 @@ class Engine:
                 task.cancel()
                 await asyncio.wait((task,))
                 raise
-            raise EngineClosed() from None
+            if self._closed or session_id not in self._sessions:
+                raise EngineClosed() from None
+            raise
+
+    def _forget_top_task(self, task: asyncio.Task[Any]) -> None:
+        self._top_tasks.pop(task, None)
 
     # -- shutdown ---------------------------------------------------------------------------
     async def close(self) -> None:
-        """Abort every descendant, drain every task, write every rollout; idempotent."""
-        if self._close_done is None:
-            self._close_done = asyncio.get_running_loop().create_future()
-            self._closed = True
-            try:
-                await self._shut_down()
-            finally:
-                self._close_done.set_result(None)
-        await asyncio.shield(self._close_done)
+        """Abort every descendant, drain every task, write every rollout; idempotent.
+
+        The shutdown runs in a task of its own: a caller cancelled half-way (Ctrl-C) does
+        not leave it half done, and every later `close()` waits for the same one.
+        """
+        self._closed = True
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_task(
+                self._shut_down(), name="subsessions-close"
+            )
+        if asyncio.current_task() in self._tasks:
+            return  # called from inside the engine: the shutdown will cancel the caller
+        await asyncio.shield(self._closing)
 
     async def _shut_down(self) -> None:
-        for session in self._sessions.values():
-            await self.dispatcher.invoke_hook(session, "on_session_end", {"reason": "close"})
+        sessions = list(self._sessions.values())
         for task in list(self._top_tasks):
             task.cancel()  # a top-level task aborts its own children first
-        await asyncio.gather(*(s.subsessions.abort_all_children() for s in self._sessions.values()))
+        await asyncio.gather(
+            *(s.subsessions.abort_all_children() for s in sessions), return_exceptions=True
+        )
+        await self._end_hooks(sessions)
+        await self._drain_tasks()
+        try:
+            if self._flusher is not None:
+                self._flusher.cancel()
+                await asyncio.wait((self._flusher,))
+            self._flush_unwritten()
+            flushed = [s.recorder.flush_durable() for s in sessions]
+            if flushed:
+                await asyncio.wait(flushed)
+            for future in flushed:
+                future.exception()  # retrieved: a failed last write must not warn at exit
+            for source in self._mcp_sources:
+                await source.aclose()
+        finally:
+            await self.writer.aclose()
+            for session in sessions:
+                session.events.close()
+            self._sessions.clear()
+            self.dispatcher.clear()
+
+    async def _end_hooks(self, sessions: list[Session]) -> None:
+        """Top-level `on_session_end` hooks, after the cancelling, never for long."""
+        loop = asyncio.get_running_loop()
+        hooks = [
+            loop.create_task(self.dispatcher.invoke_hook(s, "on_session_end", {"reason": "close"}))
+            for s in sessions if s.config.hooks is not None
+        ]
+        if hooks:
+            _, late = await asyncio.wait(hooks, timeout=HOOK_SECONDS)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+
+    async def _drain_tasks(self) -> None:
+        """Wait for every owned task; what has not ended after a grace period is cancelled."""
+        grace = True
         while self._tasks:
-            await asyncio.wait(list(self._tasks))
-        if self._flusher is not None:
-            self._flusher.cancel()
-            await asyncio.wait((self._flusher,))
-        self._flush_unwritten()
-        flushed = [s.recorder.flush_durable() for s in self._sessions.values()]
-        if flushed:
-            await asyncio.wait(flushed)
-        for future in flushed:
-            future.exception()  # retrieved: a failed last write must not warn at exit
-        for source in self._mcp_sources:
-            await source.aclose()
-        await self.writer.aclose()
-        for session in self._sessions.values():
-            session.events.close()
-        self._sessions.clear()
-        self.dispatcher.clear()
+            _, pending = await asyncio.wait(
+                list(self._tasks), timeout=DRAIN_SECONDS if grace else None
+            )
+            if pending and grace:
+                for task in pending:
+                    task.cancel()
+                grace = False
 
 
 def _mcp_servers(tables: Mapping[str, Any], source: str) -> Any:

@@ -20,6 +20,7 @@ from subsessions.errors import (
     ChildTimeout,
     DepthLimitReached,
     InvalidArguments,
+    SessionBusy,
     SubsessionError,
     UnknownSession,
     UnknownSessionType,
@@ -221,6 +222,8 @@ class SubsessionManager:
         parent = self._session
         engine = parent.engine
         engine.check_open()
+        if parent.parent is not None and parent.wrote_end:
+            raise SessionBusy(parent.session_id, "has ended; it cannot start sub-sessions")
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidArguments("spawn_child", "prompt must be a non-empty string")
         if not isinstance(profile, str | Profile):  # a SessionConfig (used as given) or junk

@@ -193,7 +193,7 @@ class Session:
 
     async def send_and_wait(self, prompt: str) -> str | None:
         """Run one task to TaskComplete and return the last assistant message."""
-        return await self.engine.run_owned(self.run_task(prompt))
+        return await self.engine.run_owned(self.run_task(prompt), self.session_id)
 
     async def run_task(self, prompt: str) -> str | None:
         if not isinstance(prompt, str) or not prompt.strip():
@@ -236,9 +236,6 @@ class Session:
     async def _run_task(self, prompt: str) -> str | None:
         self.write_meta()
         record = self.recorder
-        hooked = self.root.config.hooks is not None
-        if hooked:
-            prompt = await self._prompt_hooks(prompt)
         record.record(
             "turn_context",
             {
@@ -249,16 +246,18 @@ class Session:
             },
         )
         record.event({"type": "task_started"})
-        message = user_message(prompt)
-        self.history.append(message)
-        record.record("response_item", message)
-        record.event({"type": "user_message", "message": prompt})
         # Exactly one terminal record, on every path: children are ended first (a
         # cancelled task's children, and any child's children, since nobody could
         # wait for them any more), and a cancel landing meanwhile makes it an abort.
         terminal: dict[str, Any] = {"type": "turn_aborted", "reason": "interrupted"}
         answer: str | None = None
         try:
+            if self.root.config.hooks is not None:
+                prompt = await self._prompt_hooks(prompt)
+            message = user_message(prompt)
+            self.history.append(message)
+            record.record("response_item", message)
+            record.event({"type": "user_message", "message": prompt})
             answer = await self._turns()
             terminal = {"type": "task_complete", "last_agent_message": answer}
         except asyncio.CancelledError:
