@@ -13,13 +13,18 @@ from subsessions.errors import (
     DepthLimitReached,
     EngineClosed,
     InvalidArguments,
+    MalformedStream,
     MaxTurnsExceeded,
+    McpToolError,
     MissingApiKey,
     ModelError,
+    ModelUnavailable,
+    PermissionDenied,
     ProfileError,
     RolloutError,
     SessionBusy,
     SubsessionError,
+    ToolNotSupported,
     UnknownSession,
     UnknownSessionType,
 )
@@ -27,6 +32,9 @@ from subsessions.manager import ChildInfo, ChildStatus, SubsessionManager
 from subsessions.models import ModelClient, ModelRequest, ModelResponse, ScriptedModel, TokenUsage
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
 from subsessions.session import Session
+from subsessions.tools import ToolContext
+from subsessions.tools.errors import ToolError
+from subsessions.usage import Usage
 
 __all__ = [
     "ChildCancelled",
@@ -44,12 +52,16 @@ __all__ = [
     "InvalidArguments",
     "Invocation",
     "LoadedProfile",
+    "MalformedStream",
     "MaxTurnsExceeded",
+    "McpToolError",
     "MissingApiKey",
     "ModelClient",
     "ModelError",
     "ModelRequest",
     "ModelResponse",
+    "ModelUnavailable",
+    "PermissionDenied",
     "Profile",
     "ProfileError",
     "RolloutError",
@@ -61,8 +73,12 @@ __all__ = [
     "SubsessionManager",
     "TokenUsage",
     "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolNotSupported",
     "UnknownSession",
     "UnknownSessionType",
+    "Usage",
     "__version__",
     "load_profiles",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
@@ -56,6 +57,35 @@ class Hooks:
     on_error_occurred: HookFn | None = None
 
 
+def _path_or_none(value: str | os.PathLike[str] | None) -> str | None:
+    return None if value is None else os.fspath(value)
+
+
+def _each(kind: type, name: str) -> Callable[[Any, Any, tuple[Any, ...]], None]:
+    def check(_instance: Any, _attribute: Any, values: tuple[Any, ...]) -> None:
+        for value in values:
+            if not isinstance(value, kind):
+                raise TypeError(f"{name} must hold {kind.__name__} objects, not {value!r:.60}")
+
+    return check
+
+
+def _optional(kind: type | tuple[type, ...], name: str) -> Callable[[Any, Any, Any], None]:
+    def check(_instance: Any, _attribute: Any, value: Any) -> None:
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(f"{name} has the wrong type: {value!r:.60}")
+
+    return check
+
+
+# Names the engine gives meaning to: a host tool must not shadow them.
+RESERVED_TOOL_NAMES = frozenset({
+    "create_session", "wait_session", "cancel_session", "wait_sessions", "run_sessions",
+    "list_profiles", "ask_user",
+})
+BUILTIN_TOOL_NAMES = ("shell", "apply_patch", "read_file", "list_dir")
+
+
 def _non_negative(name: str) -> Callable[[Any, Any, int], None]:
     def check(_instance: Any, _attribute: Any, value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -76,14 +106,16 @@ def _agents(value: Iterable[Profile]) -> tuple[Profile, ...]:
 class SessionConfig:
     """A top-level session's configuration; children's are derived from it and a profile."""
 
-    model: str | None = None
-    instructions: str | None = None
-    tools: tuple[Tool, ...] = field(default=(), converter=_tools)
-    custom_agents: tuple[Profile, ...] = field(default=(), converter=_agents)
+    model: str | None = field(default=None, validator=_optional(str, "model"))
+    instructions: str | None = field(default=None, validator=_optional(str, "instructions"))
+    tools: tuple[Tool, ...] = field(default=(), converter=_tools, validator=_each(Tool, "tools"))
+    custom_agents: tuple[Profile, ...] = field(
+        default=(), converter=_agents, validator=_each(Profile, "custom_agents")
+    )
     permission_handler: Callable[..., Any] | None = None
-    hooks: Hooks | None = None
+    hooks: Hooks | None = field(default=None, validator=_optional(Hooks, "hooks"))
     user_input_handler: Callable[..., Any] | None = None
-    cwd: str | None = None
+    cwd: str | None = field(default=None, converter=_path_or_none)
     max_depth: int = field(default=2, validator=_non_negative("max_depth"))
     max_children: int = field(default=8, validator=_non_negative("max_children"))
     max_turns: int = field(default=24, validator=_non_negative("max_turns"))
@@ -100,6 +132,14 @@ class SessionConfig:
         names = [t.name for t in self.tools]
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique: {names}")
+        taken = set(RESERVED_TOOL_NAMES)
+        if self.builtin_tools is True:
+            taken |= set(BUILTIN_TOOL_NAMES)
+        elif self.builtin_tools:
+            taken |= set(self.builtin_tools)
+        clash = sorted(taken.intersection(names))
+        if clash:
+            raise ValueError(f"tool name {clash[0]!r} is the engine's own; choose another")
 
 
 def filter_tools(tools: Iterable[Tool], allowlist: tuple[str, ...] | None) -> tuple[Tool, ...]:

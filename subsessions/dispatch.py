@@ -21,7 +21,7 @@ import orjson
 from attrs import frozen
 
 from subsessions.config import Invocation, Tool
-from subsessions.errors import SubsessionError, UnknownSession, echo
+from subsessions.errors import PermissionDenied, ToolNotSupported, UnknownSession
 from subsessions.events import emit
 from subsessions.profiles import Profile
 
@@ -37,19 +37,7 @@ PERMISSION_KINDS = frozenset({
     "denied-no-approval-rule-and-could-not-request-from-user",
     "denied-by-content-exclusion-policy",
 })
-NO_APPROVAL = "denied-no-approval-rule-and-could-not-request-from-user"
-
-
-class ToolNotSupported(SubsessionError):
-    def __init__(self, name: str) -> None:
-        self.name = name
-        super().__init__(f"Tool '{echo(name)}' is not supported by this client instance.")
-
-
-class PermissionDenied(SubsessionError):
-    def __init__(self, name: str, kind: str) -> None:
-        self.kind = kind
-        super().__init__(f"permission to run {name} was not granted ({kind})")
+NO_APPROVAL = "denied-no-approval-rule-and-could-not-request-from-user"  # tools.context too
 
 
 @frozen
@@ -249,6 +237,8 @@ class Dispatcher:
     async def _deferred(
         self, root: Session, caller: Session, name: str, arguments: dict[str, Any], call_id: str
     ) -> str:
+        if not root.events.listening:
+            raise ToolNotSupported(name)  # nobody could ever answer: do not wait forever
         request_id = f"req_{next(self._request_ids)}"
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         with self._lock:

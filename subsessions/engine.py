@@ -17,6 +17,7 @@ from subsessions.dispatch import Dispatcher
 from subsessions.errors import (
     ConfigError,
     EngineClosed,
+    InvalidArguments,
     SessionBusy,
     UnknownSession,
     UnknownSessionType,
@@ -58,6 +59,8 @@ class Engine:
         mcp_source: str = "config.toml",
     ) -> None:
         self.home = Path(home) if home is not None else default_home()
+        if "\0" in str(self.home):
+            raise InvalidArguments("Engine", "home must be a path without NUL characters")
         self.model_client = model_client
         self.model = model
         self.model_provider = model_provider or str(

@@ -14,6 +14,12 @@
     ├── EngineClosed              the engine is closed or closing
     ├── MaxTurnsExceeded          a task looped past its profile's max_turns
     ├── ModelError                the model client failed (scripted or real)
+    │   ├── ModelUnavailable      the provider does not serve that model: try a fallback
+    │   └── MalformedStream       the provider broke the protocol; retrying will not help
+    ├── ToolNotSupported          a tool the calling agent may not use, or that does not exist
+    ├── PermissionDenied          a permission request was not approved
+    ├── McpToolError              an MCP server's tool failed (server and tool named)
+    ├── ToolError                 a built-in tool refused or failed (subsessions.tools.errors)
     ├── ProfileError              a profile file is malformed
     ├── ConfigError               config.toml or a flag is malformed
     │   └── MissingApiKey         the provider's key variable is not set
@@ -120,6 +126,36 @@ class MaxTurnsExceeded(SubsessionError):
 
 class ModelError(SubsessionError):
     """The model client failed; the message says how."""
+
+
+class ModelUnavailable(ModelError):
+    """The provider says the model does not exist or is not served: try a fallback."""
+
+
+class MalformedStream(ModelError):
+    """The provider sent something that is not the protocol; retrying will not help."""
+
+
+class ToolNotSupported(SubsessionError):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"Tool '{echo(name)}' is not supported by this client instance.")
+
+
+class PermissionDenied(SubsessionError):
+    def __init__(self, name: str, kind: str) -> None:
+        self.kind = kind
+        super().__init__(f"permission to run {name} was not granted ({kind})")
+
+
+class McpToolError(SubsessionError):
+    """A call of an MCP server's tool failed; the message names the server and the tool."""
+
+    def __init__(self, server: str, tool: str, problem: str) -> None:
+        self.server = server
+        self.tool = tool
+        self.problem = problem
+        super().__init__(f"MCP server {server}, tool {tool}: {problem}")
 
 
 class ProfileError(SubsessionError):

@@ -13,6 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attrs import evolve
+
 from subsessions.config import SessionConfig
 from subsessions.errors import SessionBusy
 from subsessions.manager import Cancelled, ChildState, Done, Failed
@@ -48,15 +50,11 @@ def _config(rollout: Rollout, base: SessionConfig | None) -> SessionConfig:
     model = meta.get("model")
     cwd = meta.get("cwd")
     instructions = meta.get("instructions")
-    return SessionConfig(
+    return evolve(  # the caller's config, with what only the rollout knows filled in
+        base,
         model=base.model or (model if isinstance(model, str) else None),
         instructions=base.instructions or (instructions if isinstance(instructions, str) else ""),
-        tools=base.tools, custom_agents=base.custom_agents,
-        permission_handler=base.permission_handler, hooks=base.hooks,
-        user_input_handler=base.user_input_handler,
         cwd=base.cwd or (cwd if isinstance(cwd, str) else None),
-        max_depth=base.max_depth, max_children=base.max_children, max_turns=base.max_turns,
-        notify_on_child_end=base.notify_on_child_end,
     )
 
 

@@ -13,13 +13,13 @@ import orjson
 
 from subsessions._version import __version__
 from subsessions.config import SessionConfig, Tool, filter_tools
-from subsessions.dispatch import ToolNotSupported
 from subsessions.errors import (
     InvalidArguments,
     MaxTurnsExceeded,
     ModelError,
     SessionBusy,
     SubsessionError,
+    ToolNotSupported,
 )
 from subsessions.events import EventHandler, EventHub, SessionEvent, emit
 from subsessions.handlers import ask_user

@@ -38,7 +38,7 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
 from subsessions.config import Invocation, Tool
-from subsessions.errors import SubsessionError
+from subsessions.errors import McpToolError, SubsessionError
 from subsessions.mcp.config import McpServerConfig, parse_mcp_servers
 from subsessions.mcp.link import Link, describe
 
@@ -46,16 +46,6 @@ log = logging.getLogger("subsessions.mcp")
 
 MAX_NAME = 64  # what the OpenAI APIs accept for a function name
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-
-class McpToolError(SubsessionError):
-    """A call of an MCP server's tool failed; the message names the server and the tool."""
-
-    def __init__(self, server: str, tool: str, problem: str) -> None:
-        self.server = server
-        self.tool = tool
-        self.problem = problem
-        super().__init__(f"MCP server {server}, tool {tool}: {problem}")
 
 
 def tool_name(server: str, tool: str) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 from uuid import uuid4
 
+from subsessions.errors import MalformedStream
 from subsessions.handlers.subsessions import to_chat_tool
 from subsessions.items import Item, assistant_message, function_call, message_text
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.openai_common import (
-    MalformedStream,
     OpenAIModel,
     Retryable,
     next_or_stall,

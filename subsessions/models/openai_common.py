@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import openai
 
-from subsessions.errors import ModelError
+from subsessions.errors import MalformedStream, ModelError, ModelUnavailable
 from subsessions.models.base import ModelRequest, ModelResponse
 
 T = TypeVar("T")
@@ -21,12 +21,6 @@ T = TypeVar("T")
 MAX_RETRY_AFTER = 60.0
 
 
-class ModelUnavailable(ModelError):
-    """The provider says the model does not exist or is not served: try a fallback."""
-
-
-class MalformedStream(ModelError):
-    """The provider sent something that is not the protocol; retrying will not help."""
 
 
 class Retryable(Exception):

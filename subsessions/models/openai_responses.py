@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from subsessions.errors import ModelError
+from subsessions.errors import MalformedStream, ModelError
 from subsessions.items import Item, assistant_message, function_call
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.openai_common import (
-    MalformedStream,
     OpenAIModel,
     Retryable,
     next_or_stall,

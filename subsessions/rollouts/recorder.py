@@ -57,7 +57,7 @@ class RolloutWriter:
     """Appends queued chunks to their files on one background thread."""
 
     def __init__(self) -> None:
-        self._queue: deque[tuple[str, bytes, Written | None]] = deque()
+        self._queue: deque[tuple[str, bytes | bytearray, Written | None]] = deque()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -71,7 +71,7 @@ class RolloutWriter:
         state = "stopping" if self._stopping else "running" if self._thread else "idle"
         return f"<RolloutWriter {state} queued={len(self._queue)}>"
 
-    def submit(self, path: str, data: bytes, waiter: Written | None) -> None:
+    def submit(self, path: str, data: bytes | bytearray, waiter: Written | None) -> None:
         if self._stopping:
             raise RuntimeError("rollout writer is closed")
         if self._thread is None:
@@ -102,7 +102,7 @@ class RolloutWriter:
                 self._wake.wait()
             self._idle = False
             self._wake.clear()
-            batch: dict[str, list[bytes]] = {}
+            batch: dict[str, list[bytes | bytearray]] = {}
             waiters: list[_Waiter] = []
             while self._queue:
                 path, data, waiter = self._queue.popleft()
@@ -140,6 +140,8 @@ class RolloutWriter:
                 os.close(fd)
         except OSError as exc:
             self._failed[path] = f"cannot write rollout: {exc.strerror or exc}"
+        except Exception as exc:  # e.g. a path the OS rejects: the thread must live on
+            self._failed[path] = f"cannot write rollout: {exc}"
 
 
 def _make_private_dirs(folder: str) -> None:
@@ -226,13 +228,13 @@ class RolloutRecorder:
     def flush(self) -> None:
         """Hand what is buffered to the writer without waiting for it."""
         if self._buffer:
-            self._writer.submit(self.path, bytes(self._buffer), None)
-            self._buffer.clear()
+            data, self._buffer = self._buffer, bytearray()  # handed over, not copied
+            self._writer.submit(self.path, data, None)
 
     def flush_then(self, written: Written) -> None:
         """Hand what is buffered to the writer; `written` is called once it is in the file."""
-        self._writer.submit(self.path, bytes(self._buffer), written)
-        self._buffer.clear()
+        data, self._buffer = self._buffer, bytearray()
+        self._writer.submit(self.path, data, written)
 
     def flush_durable(self) -> asyncio.Future[None]:
         """Hand what is buffered to the writer; the future resolves once it is in the file."""

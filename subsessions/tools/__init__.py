@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any
 
-from subsessions.config import Tool
+from subsessions.config import BUILTIN_TOOL_NAMES, Tool
 from subsessions.tools import apply_patch, files, shell
 from subsessions.tools.context import (
     APPROVAL_POLICIES,
@@ -35,8 +35,6 @@ from subsessions.tools.errors import (
     ToolError,
     WriteNotAllowed,
 )
-
-BUILTIN_TOOL_NAMES = ("shell", "apply_patch", "read_file", "list_dir")
 
 __all__ = [
     "APPROVAL_POLICIES",

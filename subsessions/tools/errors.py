@@ -16,8 +16,10 @@ Malformed arguments raise the engine's `InvalidArguments` ("invalid arguments fo
 
 from __future__ import annotations
 
+from subsessions.errors import SubsessionError
 
-class ToolError(Exception):
+
+class ToolError(SubsessionError):
     """Base of the errors the built-in tools raise on purpose."""
 
 

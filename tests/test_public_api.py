@@ -1,0 +1,91 @@
+"""The public facade, and what the configuration objects refuse up front."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+import subsessions
+from subsessions import (
+    Engine,
+    Hooks,
+    InvalidArguments,
+    ScriptedModel,
+    SessionConfig,
+    SubsessionError,
+    Tool,
+)
+
+
+def test_every_public_name_is_exported_and_importable() -> None:
+    assert subsessions.__all__ == sorted(subsessions.__all__)
+    for name in subsessions.__all__:
+        assert hasattr(subsessions, name), name
+    for name in ("Engine", "Session", "SessionConfig", "Profile", "Tool", "Hooks",
+                 "ScriptedModel", "ChildStatus", "load_profiles"):
+        assert name in subsessions.__all__
+
+
+def test_every_exported_error_derives_from_the_one_base() -> None:
+    errors = [getattr(subsessions, n) for n in subsessions.__all__
+              if inspect.isclass(getattr(subsessions, n))
+              and issubclass(getattr(subsessions, n), BaseException)]
+    assert len(errors) >= 20
+    assert all(issubclass(e, SubsessionError) for e in errors)
+
+
+def test_importing_the_package_does_not_import_the_optional_sdks() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, subsessions; print('openai' in sys.modules, 'mcp' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "problem"),
+    [
+        ({"tools": [{"name": "x"}]}, "tools must hold Tool objects"),
+        ({"custom_agents": ["tester"]}, "custom_agents must hold Profile objects"),
+        ({"hooks": {"on_pre_tool_use": print}}, "hooks has the wrong type"),
+        ({"model": 5}, "model has the wrong type"),
+        ({"max_depth": -1}, "max_depth must be a non-negative integer"),
+        ({"max_children": True}, "max_children must be a non-negative integer"),
+        ({"tools": [Tool("create_session", "mine")]}, "'create_session' is the engine's own"),
+        ({"tools": [Tool("shell", "mine")], "builtin_tools": True}, "'shell' is the engine's"),
+        ({"tools": [Tool("a", "1"), Tool("a", "2")]}, "tool names must be unique"),
+    ],
+)
+def test_a_bad_session_config_is_refused_with_a_clear_message(
+    kwargs: dict[str, object], problem: str
+) -> None:
+    with pytest.raises((TypeError, ValueError), match=problem):
+        SessionConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_path_cwd_is_kept_as_text_and_a_shell_tool_is_fine_without_builtins(
+    tmp_path: Path,
+) -> None:
+    config = SessionConfig(cwd=tmp_path, tools=[Tool("shell", "the host's own shell")],
+                           hooks=Hooks())
+    assert config.cwd == str(tmp_path)
+
+
+def test_an_engine_home_with_a_nul_byte_is_refused() -> None:
+    with pytest.raises(InvalidArguments, match="NUL"):
+        Engine("/tmp/a\0b", model_client=ScriptedModel([]))
+
+
+async def test_a_deferred_tool_nobody_listens_for_fails_at_once(home: Path) -> None:
+    deferred = Tool("later", "answered by the host", handler=None)
+    model = ScriptedModel([[{"type": "function_call", "name": "later", "arguments": {}}],
+                           ["done"]])
+    async with Engine(home, model_client=model) as engine:
+        session = await engine.create_session(SessionConfig(tools=[deferred]))
+        assert await session.send_and_wait("go") == "done"
+    output = model.requests[-1].items[-1]
+    assert output["success"] is False
+    assert output["output"] == "Tool 'later' is not supported by this client instance."
