@@ -54,5 +54,22 @@ def message_text(item: Item) -> str | None:
     return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
 
 
+def output_problem(item: Any) -> str | None:
+    """What makes a model's output item unusable, or None: checked before it is recorded."""
+    if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+        return "an output item must be an object with a type"
+    if item["type"] == "message":
+        parts = item.get("content")
+        if not isinstance(parts, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("text", ""), str) for p in parts
+        ):
+            return "a message's content must be a list of parts with text"
+    elif item["type"] == "function_call" and not (
+        isinstance(item.get("name"), str) and isinstance(item.get("arguments", ""), str)
+    ):
+        return "a function_call needs a name and arguments as text"
+    return None
+
+
 def is_assistant_message(item: Item) -> bool:
     return item.get("type") == "message" and item.get("role") == "assistant"

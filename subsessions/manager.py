@@ -382,11 +382,7 @@ class SubsessionManager:
     # -- waiting and cancelling -------------------------------------------------------------
     async def wait_child(self, session_id: str, timeout: float | None = None) -> str | None:
         """The child's last assistant message. `None` waits forever, `<= 0` does not wait."""
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout
-        ):
-            raise InvalidArguments("wait_child", "timeout must be a number of seconds or None")
-        seconds = None if timeout is None else min(timeout, MAX_WAIT_SECONDS)
+        seconds = _seconds("wait_child", timeout)
         label = 0 if seconds is None or seconds <= 0 else max(1, round(seconds * 1000))
         return await self._wait(session_id, seconds, label)
 
@@ -440,9 +436,11 @@ class SubsessionManager:
     async def _wait_many(
         self, session_ids: list[str], timeout: float | None, *, every: bool
     ) -> WaitResult:
+        if isinstance(session_ids, str) or not all(isinstance(i, str) for i in session_ids):
+            raise InvalidArguments("wait_any/wait_all", "session_ids must be a list of ids")
+        seconds = _seconds("wait_any/wait_all", timeout)
         known = {i: self._children[i] for i in dict.fromkeys(session_ids) if i in self._children}
         unknown = tuple(i for i in dict.fromkeys(session_ids) if i not in self._children)
-        seconds = None if timeout is None else min(timeout, MAX_WAIT_SECONDS)
         records = list(known.values())
         await self._await_children(records, seconds, every=every)
         ended = [r for r in records if r.finished.done()]
@@ -465,14 +463,17 @@ class SubsessionManager:
 
     # -- composition ------------------------------------------------------------------------
     async def run_parallel(
-        self, tasks: list[tuple[str | Profile, str]], timeout: float | None = None
+        self, tasks: list[tuple[str | Profile, str]], timeout: float | None = None,
+        *, call_id: str | None = None,
     ) -> RunResult:
         """Spawn every task at once; results in task order (pending ones on timeout)."""
+        _check_tasks("run_parallel", tasks)
+        _seconds("run_parallel", timeout)
         ids: list[str | None] = []
         errors: dict[int, str] = {}
         for index, (profile, prompt) in enumerate(tasks):
             try:
-                ids.append(await self.spawn_child(profile, prompt))
+                ids.append(await self.spawn_child(profile, prompt, call_id=_step(call_id, index)))
             except SubsessionError as exc:  # e.g. the limit: that step fails, the rest run
                 ids.append(None)
                 errors[index] = str(exc)
@@ -485,16 +486,21 @@ class SubsessionManager:
         return RunResult(steps, waited.timed_out, None)
 
     async def run_chain(
-        self, tasks: list[tuple[str | Profile, str]], timeout: float | None = None
+        self, tasks: list[tuple[str | Profile, str]], timeout: float | None = None,
+        *, call_id: str | None = None,
     ) -> RunResult:
         """Run tasks one after another, `{previous}` in a prompt being the last result;
         stop at the first step that does not complete."""
-        deadline = None if timeout is None else time.monotonic() + min(timeout, MAX_WAIT_SECONDS)
+        _check_tasks("run_chain", tasks)
+        seconds = _seconds("run_chain", timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
         previous = ""
         steps: list[RunStep] = []
         for index, (profile, prompt) in enumerate(tasks):
             try:
-                cid = await self.spawn_child(profile, prompt.replace("{previous}", previous))
+                cid = await self.spawn_child(
+                    profile, prompt.replace("{previous}", previous), call_id=_step(call_id, index)
+                )
             except SubsessionError as exc:
                 steps.append(RunStep(index, None, str(exc)))
                 return RunResult(steps, False, index)
@@ -538,3 +544,24 @@ class SubsessionManager:
             child.waited = True
         if pending:
             await asyncio.wait([child.finished for child in pending])
+
+
+def _step(call_id: str | None, index: int) -> str | None:
+    """The spawning call of one step of a run: its events nest under the run's tool call."""
+    return None if call_id is None else f"{call_id}:{index}"
+
+
+def _seconds(target: str, timeout: float | None) -> float | None:
+    """A caller's timeout in seconds, checked and clamped to an hour (None: no limit)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout:
+        raise InvalidArguments(target, "timeout must be a number of seconds or None")
+    return min(timeout, MAX_WAIT_SECONDS)
+
+
+def _check_tasks(target: str, tasks: Any) -> None:
+    if isinstance(tasks, str | bytes) or not all(
+        isinstance(t, tuple | list) and len(t) == 2 and isinstance(t[1], str) for t in tasks
+    ):
+        raise InvalidArguments(target, "tasks must be a list of (profile, prompt) pairs")

@@ -32,6 +32,7 @@ from subsessions.items import (
     function_call_output,
     is_assistant_message,
     message_text,
+    output_problem,
     user_message,
 )
 from subsessions.manager import SubsessionManager
@@ -346,8 +347,9 @@ class Session:
             answer: str | None = None
             calls: list[Item] = []
             for item in response.output:
-                if not isinstance(item, dict) or not isinstance(item.get("type"), str):
-                    raise ModelError(f"model returned a malformed output item: {item!r:.200}")
+                problem = output_problem(item)
+                if problem is not None:
+                    raise ModelError(f"malformed model output ({problem}): {item!r:.200}")
                 self.history.append(item)
                 self.recorder.record("response_item", item)
                 if is_assistant_message(item):

@@ -89,3 +89,44 @@ async def test_a_deferred_tool_nobody_listens_for_fails_at_once(home: Path) -> N
     output = model.requests[-1].items[-1]
     assert output["success"] is False
     assert output["output"] == "Tool 'later' is not supported by this client instance."
+
+
+async def test_a_malformed_model_message_fails_the_task_clearly(home: Path) -> None:
+    bad = {"type": "message", "role": "assistant", "content": [{"type": "output_text",
+                                                                "text": 42}]}
+    async with Engine(home, model_client=ScriptedModel([[bad]])) as engine:
+        session = await engine.create_session()
+        with pytest.raises(subsessions.ModelError, match="content must be a list of parts"):
+            await session.send_and_wait("go")
+
+
+@pytest.mark.parametrize("ids", ["abc", [None], [("x",)]])
+async def test_wait_many_refuses_what_is_not_a_list_of_ids(home: Path, ids: object) -> None:
+    async with Engine(home, model_client=ScriptedModel([])) as engine:
+        session = await engine.create_session()
+        with pytest.raises(InvalidArguments, match="session_ids must be a list of ids"):
+            await session.subsessions.wait_any(ids)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArguments, match="timeout must be a number"):
+            await session.subsessions.wait_all([], timeout="1")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArguments, match="pairs"):
+            await session.subsessions.run_parallel([("tester",)])  # type: ignore[list-item]
+
+
+async def test_run_sessions_children_nest_under_the_runs_tool_call(home: Path) -> None:
+    run = {"type": "function_call", "name": "run_sessions", "call_id": "call_run",
+           "arguments": {"mode": "parallel", "timeout_ms": 10_000,
+                         "tasks": [{"session_type": "default", "prompt": "a"},
+                                   {"session_type": "default", "prompt": "b"}]}}
+
+    def script(request: subsessions.ModelRequest) -> list[object]:
+        if request.items[0]["content"][0]["text"] == "go":
+            return [run] if len(request.items) == 1 else ["done"]
+        return ["child answer"]
+
+    started: list[str] = []
+    async with Engine(home, model_client=ScriptedModel(script)) as engine:
+        session = await engine.create_session()
+        session.on(lambda e: started.append(e.data["tool_call_id"])
+                   if e.type == "subagent.started" else None)
+        assert await session.send_and_wait("go") == "done"
+    assert started == ["call_run:0", "call_run:1"]

@@ -178,7 +178,7 @@ async def call_parsed(
         )
         return _dump({"session_id": child_id})
     if name == "run_sessions":
-        return await _run_sessions(session, arguments)
+        return await _run_sessions(session, arguments, call_id)
     check_arguments(name, SCHEMAS[name], arguments)
     if name == "list_profiles":
         return _dump([
@@ -220,7 +220,7 @@ async def _wait_sessions(session: Session, arguments: dict[str, Any]) -> str:
     return _dump({"results": results, "timed_out": waited.timed_out})
 
 
-async def _run_sessions(session: Session, arguments: dict[str, Any]) -> str:
+async def _run_sessions(session: Session, arguments: dict[str, Any], call_id: str) -> str:
     manager = session.subsessions
     profiles = manager.profiles()
     schema = run_schema(list(profiles))
@@ -236,9 +236,9 @@ async def _run_sessions(session: Session, arguments: dict[str, Any]) -> str:
             raise InvalidArguments("run_sessions", "every prompt must be non-empty")
     seconds = _timeout_seconds(arguments)
     if arguments["mode"] == "parallel":
-        run = await manager.run_parallel(list(tasks), seconds)
+        run = await manager.run_parallel(list(tasks), seconds, call_id=call_id)
     else:
-        run = await manager.run_chain(list(tasks), seconds)
+        run = await manager.run_chain(list(tasks), seconds, call_id=call_id)
     body: dict[str, Any] = {
         "mode": arguments["mode"],
         "results": [step.outcome() for step in run.steps],
