@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import define, evolve, frozen
 
-from subsessions.config import SessionConfig
+from subsessions.config import SessionConfig, filter_tools
 from subsessions.errors import (
     ChildCancelled,
     ChildFailed,
@@ -199,6 +199,15 @@ class SubsessionManager:
             found.update({p.name: p for p in self._session.root.config.custom_agents})
             root._profiles = dict(sorted(found.items()))
         return root._profiles
+
+    def tool_definitions(self, agent: str | Profile) -> list[dict[str, Any]]:
+        """The definitions (name, description, parameters) of this session's tools that an
+        agent's allowlist admits, in allowlist order: what that agent's model is told."""
+        profile = self._child_config(agent)[0]
+        return [
+            {"name": t.name, "description": t.description, "parameters": t.parameters}
+            for t in filter_tools(self._session.tools(), profile.tools)
+        ]
 
     def tree_tool_specs(self) -> tuple[dict[str, Any], ...]:
         from subsessions.handlers.subsessions import tool_specs

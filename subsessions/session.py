@@ -143,6 +143,10 @@ class Session:
         """Answer an `external_tool.requested` event; False if nothing is waiting on it."""
         return self.engine.dispatcher.answer(self, request_id, result, error)
 
+    def tools(self) -> tuple[Tool, ...]:
+        """The tools this session's model may call besides the engine's own."""
+        return tuple(self._tools.values())
+
     def usage(self, include_children: bool = False) -> Usage:
         """Tokens, tool calls and model turns of this session (and its whole tree)."""
         own = Usage(

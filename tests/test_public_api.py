@@ -130,3 +130,21 @@ async def test_run_sessions_children_nest_under_the_runs_tool_call(home: Path) -
                    if e.type == "subagent.started" else None)
         assert await session.send_and_wait("go") == "done"
     assert started == ["call_run:0", "call_run:1"]
+
+
+async def test_tool_definitions_follow_the_agents_allowlist(home: Path) -> None:
+    tools = [Tool(n, f"does {n}", {"type": "object", "properties": {n: {"type": "string"}}})
+             for n in ("a", "b", "c")]
+    agent = subsessions.Profile(name="picky", tools=["c", "nope", "a"])
+    config = SessionConfig(tools=tools, custom_agents=(agent,))
+    before = (config.tools, agent.tools)
+    async with Engine(home, model_client=ScriptedModel([])) as engine:
+        session = await engine.create_session(config)
+        definitions = session.subsessions.tool_definitions("picky")
+        everything = session.subsessions.tool_definitions(subsessions.Profile(name="all"))
+    assert definitions == [
+        {"name": "c", "description": "does c", "parameters": tools[2].parameters},
+        {"name": "a", "description": "does a", "parameters": tools[0].parameters},
+    ]
+    assert [d["name"] for d in everything] == ["a", "b", "c"]
+    assert (config.tools, agent.tools) == before
