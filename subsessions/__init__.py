@@ -28,6 +28,7 @@ from subsessions.errors import (
     UnknownSession,
     UnknownSessionType,
 )
+from subsessions.events import SessionEvent
 from subsessions.manager import ChildInfo, ChildStatus, SubsessionManager
 from subsessions.models import ModelClient, ModelRequest, ModelResponse, ScriptedModel, TokenUsage
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
@@ -69,6 +70,7 @@ __all__ = [
     "Session",
     "SessionBusy",
     "SessionConfig",
+    "SessionEvent",
     "SubsessionError",
     "SubsessionManager",
     "TokenUsage",

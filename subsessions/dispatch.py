@@ -158,8 +158,10 @@ class Dispatcher:
         if not known or (is_child and not self.agent_allows(caller.session_id, name)):
             raise ToolNotSupported(name)
         hooks = root.config.hooks
-        base = {"session_id": caller.session_id, "timestamp": time.time(), "cwd": caller.cwd,
-                "tool_name": name}
+        base: dict[str, Any] = {}
+        if hooks is not None:
+            base = {"session_id": caller.session_id, "timestamp": time.time(), "cwd": caller.cwd,
+                    "tool_name": name}
         if hooks is not None and hooks.on_pre_tool_use is not None:
             decision = await self.run_hook(hooks.on_pre_tool_use, {**base, "tool_args": arguments})
             if isinstance(decision, dict):

@@ -22,7 +22,6 @@ from subsessions.errors import (
     UnknownSession,
     UnknownSessionType,
 )
-from subsessions.events import emit
 from subsessions.models.base import ModelClient
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
 from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
@@ -150,7 +149,6 @@ class Engine:
                                     "message": f"MCP server {name} is unavailable: {problem}"})
         self._sessions[session.session_id] = session
         self.dispatcher.register(session)
-        emit(session, "session.start", {"session_id": session.session_id, "source": source})
         await self.dispatcher.invoke_hook(session, "on_session_start", {"source": source})
         return session
 
@@ -265,9 +263,12 @@ class Engine:
                 os.remove(path)
 
     # -- task ownership ---------------------------------------------------------------------
-    def spawn_task(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
-        """Start a task the engine owns; refused once closing started."""
-        if self._closed:
+    def spawn_task(
+        self, coro: Coroutine[Any, Any, T], name: str, *, while_closing: bool = False
+    ) -> asyncio.Task[T]:
+        """Start a task the engine owns; refused once closing started, except for the
+        clean-up work of endings (hooks), which close then drains like every task."""
+        if self._closed and not (while_closing and self._closing is not None):
             coro.close()
             raise EngineClosed()
         task = asyncio.get_running_loop().create_task(coro, name=name)

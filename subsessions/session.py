@@ -104,7 +104,8 @@ class Session:
         self.forked_from: str | None = None
         self.resume_report: str | None = None  # what resuming or forking read and skipped
         self.wrote_task = False
-        self.wrote_end = False  # a terminal record is in the buffer or on disk
+        self.wrote_end = False
+        self.started_task = False  # a terminal record is in the buffer or on disk
         self.events = EventHub()
         self.turns = 0
         self.tool_calls = 0
@@ -240,6 +241,9 @@ class Session:
 
     async def _run_task(self, prompt: str) -> str | None:
         self.write_meta()
+        if not self.started_task:  # at its first task, where a listener (or parent) can see it
+            self.started_task = True
+            emit(self, "session.start", {"session_id": self.session_id, "source": self.source})
         record = self.recorder
         record.record(
             "turn_context",
@@ -318,8 +322,8 @@ class Session:
     def _hook_later(self, hook: Any) -> None:
         """End-of-task hooks run beside the ending, never delaying or blocking it."""
         try:
-            self.engine.spawn_task(hook, "subsessions-hook")
-        except SubsessionError:  # the engine is closing: the hook cannot run any more
+            self.engine.spawn_task(hook, "subsessions-hook", while_closing=True)
+        except SubsessionError:  # the engine is closed: the hook cannot run any more
             hook.close()
 
     async def _turns(self) -> str | None:

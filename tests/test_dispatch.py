@@ -1220,8 +1220,10 @@ async def test_the_event_stream_has_every_event_from_the_moment_it_is_taken(
     parent = await root(engine)
     stream = parent.event_stream()  # taken before the task; iterated after it
     await parent.send_and_wait("go")
+    start = await asyncio.wait_for(anext(stream), 1)
     first = await asyncio.wait_for(anext(stream), 1)
     await stream.aclose()
+    assert start.type == "session.start"
     assert first.type == "assistant.message"
     assert first.data["content"] == "done go"
 

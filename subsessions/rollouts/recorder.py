@@ -106,7 +106,8 @@ class RolloutWriter:
             waiters: list[_Waiter] = []
             while self._queue:
                 path, data, waiter = self._queue.popleft()
-                batch.setdefault(path, []).append(data)
+                if data:  # an empty flush only waits for what came before it
+                    batch.setdefault(path, []).append(data)
                 if waiter is not None:
                     waiters.append((waiter, path))
             for path, chunks in batch.items():
