@@ -9,15 +9,28 @@ ordered by events, never by sleeping.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
-from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from scripting import (
+    FOREVER_MS,
+    LIMIT_TEXT,
+    WORKER,
+    Script,
+    Watch,
+    call,
+    meet_then_end_in_reverse,
+    outputs,
+    rollout_of,
+    script,
+    spawn_held,
+    terminals,
+    watch,
+)
 
 from subsessions import (
     ChildInfo,
@@ -26,128 +39,19 @@ from subsessions import (
     ModelRequest,
     ModelResponse,
     Profile,
-    ScriptedModel,
     Session,
     SessionConfig,
     Tool,
 )
-from subsessions.events import SessionEvent
 from subsessions.ids import new_session_id
 from subsessions.manager import WaitResult
-from subsessions.rollouts.reader import Rollout, find_rollout, read_rollout
+from subsessions.rollouts.reader import Rollout, find_rollout
 from subsessions.usage import Usage
 
-WORKER = Profile(name="worker", description="does work", developer_instructions="You are a worker.")
-TERMINAL = ("task_complete", "turn_aborted", "error")
-ENDINGS = ("subagent.completed", "subagent.failed")
-FOREVER_MS = 3_600_000
-LIMIT_TEXT = (
-    "sub-session limit reached (max_children={n}); wait for or cancel a running session first"
-)
+__all__ = ["script", "watch"]  # the fixtures, imported so that pytest finds them here
 
 
 # -- helpers ------------------------------------------------------------------------------
-def prompt_of(request: ModelRequest) -> str:
-    """The prompt of the task being run: the last user message."""
-    users = [i for i in request.items if i.get("type") == "message" and i["role"] == "user"]
-    return str(users[-1]["content"][0]["text"])
-
-
-def outputs(request: ModelRequest) -> list[dict[str, Any]]:
-    return [item for item in request.items if item.get("type") == "function_call_output"]
-
-
-def call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"type": "function_call", "name": name, "arguments": arguments}
-
-
-class Script:
-    """The model of every session, routed by the task's prompt.
-
-    A prompt with a handler is answered by it; a held prompt waits on its gate
-    until the test answers it; any other prompt is answered `answer to {prompt}`.
-    """
-
-    def __init__(self) -> None:
-        self.model = ScriptedModel(self._respond)
-        self.handlers: dict[str, Callable[[ModelRequest], Any]] = {}
-        self.seen: defaultdict[str, list[ModelRequest]] = defaultdict(list)
-        self.cancelled: list[str] = []
-        self._gates: dict[str, asyncio.Future[Any]] = {}
-        self._started: dict[str, asyncio.Event] = {}
-
-    def _event(self, prompt: str) -> asyncio.Event:
-        return self._started.setdefault(prompt, asyncio.Event())
-
-    def hold(self, *prompts: str) -> None:
-        for prompt in prompts:
-            self._gates[prompt] = asyncio.get_running_loop().create_future()
-
-    def answer(self, prompt: str, response: Any) -> None:
-        self._gates[prompt].set_result(response)
-
-    async def started(self, *prompts: str) -> None:
-        for prompt in prompts:
-            await asyncio.wait_for(self._event(prompt).wait(), 10)
-
-    async def respond(self, request: ModelRequest) -> ModelResponse:
-        return await self.model.respond(request)
-
-    async def _respond(self, request: ModelRequest) -> Any:
-        prompt = prompt_of(request)
-        self.seen[prompt].append(request)
-        self._event(prompt).set()
-        handler = self.handlers.get(prompt)
-        if handler is not None:
-            result = handler(request)
-            return await result if inspect.isawaitable(result) else result
-        gate = self._gates.get(prompt)
-        if gate is None:
-            return [f"answer to {prompt}"]
-        try:
-            return await gate
-        except asyncio.CancelledError:
-            self.cancelled.append(prompt)
-            raise
-
-
-class Watch:
-    """Every event of a top-level session (its descendants' are forwarded to it)."""
-
-    def __init__(self) -> None:
-        self.events: list[SessionEvent] = []
-        self._ended: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-
-    def __call__(self, event: SessionEvent) -> None:
-        self.events.append(event)
-        if event.type in ENDINGS:
-            self._ended[event.data["remote_session_id"]].set()
-
-    async def ended(self, *session_ids: str) -> None:
-        for session_id in session_ids:
-            await asyncio.wait_for(self._ended[session_id].wait(), 10)
-
-    def endings(self, session_id: str | None = None) -> list[SessionEvent]:
-        return [
-            e
-            for e in self.events
-            if e.type in ENDINGS
-            and (session_id is None or e.data["remote_session_id"] == session_id)
-        ]
-
-
-def rollout_of(home: Path, session_id: str) -> Rollout:
-    return read_rollout(find_rollout(home, session_id))
-
-
-def terminals(rollout: Rollout) -> list[str]:
-    return [
-        r["payload"]["type"]
-        for r in rollout.records
-        if r["type"] == "event_msg" and r["payload"]["type"] in TERMINAL
-    ]
-
-
 def notes(rollout: Rollout) -> list[str]:
     return [e["message"] for e in rollout.events("background_event")]
 
@@ -163,16 +67,6 @@ def rollout_usage(rollout: Rollout) -> Usage:
         tool_calls=len(calls),
         turns=len(counts),  # one token_count per model call
     )
-
-
-@pytest.fixture
-def script() -> Script:
-    return Script()
-
-
-@pytest.fixture
-def watch() -> Watch:
-    return Watch()
 
 
 @pytest.fixture
@@ -288,20 +182,7 @@ async def test_run_parallel_overlaps_and_returns_results_in_task_order(
     parent: Session, script: Script, watch: Watch
 ) -> None:
     prompts = ["p0", "p1", "p2"]
-    arrived = {p: asyncio.Event() for p in prompts}
-
-    def child(me: str, after: str | None) -> Callable[[ModelRequest], Any]:
-        async def respond(request: ModelRequest) -> Any:
-            arrived[me].set()
-            for other in prompts:  # only possible if all three run at the same time
-                await asyncio.wait_for(arrived[other].wait(), 10)
-            if after is not None:  # end in reverse task order
-                await watch.ended(script.seen[after][0].session_id)
-            return [f"{me} done"]
-
-        return respond
-
-    script.handlers.update(p0=child("p0", "p1"), p1=child("p1", "p2"), p2=child("p2", None))
+    meet_then_end_in_reverse(script, watch, prompts)
     run = await parent.subsessions.run_parallel([("worker", p) for p in prompts])
 
     assert run.timed_out is False
@@ -452,9 +333,7 @@ async def test_child_usage_duration_and_answering_model(home: Path, script: Scri
 async def test_the_ending_event_says_how_the_child_ended(
     parent: Session, script: Script, watch: Watch, how: str
 ) -> None:
-    script.hold("job")
-    cid = await parent.subsessions.spawn_child("worker", "job")
-    await script.started("job")
+    cid = await spawn_held(parent, script, "job")
     if how == "cancelled":
         assert await parent.subsessions.cancel_child(cid) is True
     else:

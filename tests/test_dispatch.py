@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 import orjson
 import pytest
+from scripting import FOREVER_MS, call, first_prompt, outputs
 
 from subsessions import (
     ChildFailed,
@@ -42,7 +43,6 @@ from subsessions.events import SessionEvent
 from subsessions.ids import new_session_id
 
 NO_APPROVAL = "denied-no-approval-rule-and-could-not-request-from-user"
-FOREVER_MS = 3_600_000
 EMPTY = "EMPTY-NAME"  # a call the client renames to "" (ScriptedModel refuses empty names)
 PARAMS = {
     "type": "object",
@@ -58,23 +58,6 @@ def not_supported(name: str) -> str:
 
 
 # -- helpers ------------------------------------------------------------------------------
-def prompt_of(request: ModelRequest) -> str:
-    first = request.items[0]
-    assert first["role"] == "user"
-    return str(first["content"][0]["text"])
-
-
-def call(name: str, call_id: str | None = None, **arguments: Any) -> dict[str, Any]:
-    item: dict[str, Any] = {"type": "function_call", "name": name, "arguments": arguments}
-    if call_id is not None:
-        item["call_id"] = call_id
-    return item
-
-
-def outputs(request: ModelRequest) -> list[dict[str, Any]]:
-    return [item for item in request.items if item.get("type") == "function_call_output"]
-
-
 def spawned(request: ModelRequest) -> str:
     """The session id the last create_session call returned."""
     last = outputs(request)[-1]
@@ -131,7 +114,7 @@ class Model:
         return outputs(self.last(prompt))[-1]
 
     async def _respond(self, request: ModelRequest) -> Any:
-        prompt = prompt_of(request)
+        prompt = first_prompt(request)
         seen = self.requests[prompt]
         seen.append(request)
         self._event(prompt).set()
@@ -663,9 +646,11 @@ async def test_a_deferred_call_the_allowlist_denies_emits_nothing_and_fails_at_o
     assert of_type(seen, "external_tool.requested") == []
 
 
-async def test_a_deferred_call_answered_with_an_error_is_a_failed_output(
+async def a_child_waiting_on_the_host(
     engine: Engine, model: Model
-) -> None:
+) -> tuple[Session, str, list[SessionEvent]]:
+    """A child whose call of the deferred `lookup` tool waits on the host: its parent, its
+    id and every event the parent saw, once the call has been requested."""
     parent = await root(engine, Tool("lookup", "Looks up.", PARAMS),
                         custom_agents=(Profile(name="any"),))
     requested = asyncio.Event()
@@ -674,6 +659,13 @@ async def test_a_deferred_call_answered_with_an_error_is_a_failed_output(
     model.play("work", [call("lookup", text="weather")])
     cid = await parent.subsessions.spawn_child("any", "work")
     await requested.wait()
+    return parent, cid, seen
+
+
+async def test_a_deferred_call_answered_with_an_error_is_a_failed_output(
+    engine: Engine, model: Model
+) -> None:
+    parent, cid, seen = await a_child_waiting_on_the_host(engine, model)
     [event] = of_type(seen, "external_tool.requested")
     assert parent.handle_pending_tool_call(event.data["request_id"], error="backend down")
     await parent.subsessions.wait_child(cid)
@@ -684,14 +676,7 @@ async def test_a_deferred_call_answered_with_an_error_is_a_failed_output(
 async def test_a_deferred_call_may_be_answered_from_another_thread(
     engine: Engine, model: Model
 ) -> None:
-    parent = await root(engine, Tool("lookup", "Looks up.", PARAMS),
-                        custom_agents=(Profile(name="any"),))
-    requested = asyncio.Event()
-    seen = collect(parent)
-    parent.on(lambda e: e.type == "external_tool.requested" and requested.set())
-    model.play("work", [call("lookup", text="weather")])
-    cid = await parent.subsessions.spawn_child("any", "work")
-    await requested.wait()
+    parent, cid, seen = await a_child_waiting_on_the_host(engine, model)
     request_id = of_type(seen, "external_tool.requested")[0].data["request_id"]
     answered: list[bool] = []
     host = threading.Thread(
@@ -707,14 +692,7 @@ async def test_a_deferred_call_may_be_answered_from_another_thread(
 async def test_a_deferred_call_cancelled_while_pending_is_forgotten(
     engine: Engine, model: Model
 ) -> None:
-    parent = await root(engine, Tool("lookup", "Looks up.", PARAMS),
-                        custom_agents=(Profile(name="any"),))
-    requested = asyncio.Event()
-    seen = collect(parent)
-    parent.on(lambda e: e.type == "external_tool.requested" and requested.set())
-    model.play("work", [call("lookup", text="weather")])
-    cid = await parent.subsessions.spawn_child("any", "work")
-    await requested.wait()
+    parent, cid, seen = await a_child_waiting_on_the_host(engine, model)
     request_id = of_type(seen, "external_tool.requested")[0].data["request_id"]
 
     assert await parent.subsessions.cancel_child(cid) is True
@@ -725,6 +703,17 @@ async def test_a_deferred_call_cancelled_while_pending_is_forgotten(
 
 
 # -- permissions ----------------------------------------------------------------------------
+class Approver:
+    """A permission handler that approves every request and keeps what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict[str, Any]] = []
+
+    def __call__(self, request: dict[str, Any]) -> str:
+        self.asked.append(request)
+        return "approved"
+
+
 async def test_a_tool_that_needs_permission_is_denied_without_a_handler(
     engine: Engine, model: Model, handlers: Handlers
 ) -> None:
@@ -741,50 +730,43 @@ async def test_a_tool_that_needs_permission_is_denied_without_a_handler(
 async def test_an_approving_permission_handler_lets_the_tool_run(
     engine: Engine, model: Model, handlers: Handlers
 ) -> None:
-    asked: list[dict[str, Any]] = []
-
-    def approve(request: dict[str, Any]) -> str:
-        asked.append(request)
-        return "approved"
-
+    approve = Approver()
     parent = await root(engine, handlers.tool("save_result", requires_permission=True),
                         permission_handler=approve)
     model.play("go", [call("save_result", call_id="call_p", text="x")])
     await parent.send_and_wait("go")
     assert model.last_output("go")["output"] == "save_result ran"
     assert handlers.names() == ["save_result"]
-    [request] = asked
+    [request] = approve.asked
     assert request["session_id"] == parent.session_id
     assert request["tool_name"] == "save_result"
     assert request["tool_call_id"] == "call_p"
 
 
-async def test_a_permission_handler_may_deny_with_a_kind(
-    engine: Engine, model: Model, handlers: Handlers
-) -> None:
-    async def deny(request: dict[str, Any]) -> dict[str, str]:
-        return {"kind": "denied-interactively-by-user"}
+async def deny_interactively(request: dict[str, Any]) -> dict[str, str]:
+    return {"kind": "denied-interactively-by-user"}
 
+
+def broken_permission_handler(request: dict[str, Any]) -> str:
+    raise RuntimeError("handler broke")
+
+
+@pytest.mark.parametrize(
+    ("handler", "denial"),
+    [
+        (deny_interactively, "denied-interactively-by-user"),
+        (broken_permission_handler, NO_APPROVAL),
+    ],
+    ids=["denies-with-a-kind", "raises"],
+)
+async def test_a_permission_handler_that_denies_or_raises_denies(
+    engine: Engine, model: Model, handlers: Handlers, handler: Callable[..., Any], denial: str
+) -> None:
     parent = await root(engine, handlers.tool("save_result", requires_permission=True),
-                        permission_handler=deny)
+                        permission_handler=handler)
     model.play("go", [call("save_result", text="x")])
     await parent.send_and_wait("go")
-    assert "denied-interactively-by-user" in model.last_output("go")["output"]
-    assert model.last_output("go")["success"] is False
-    assert handlers.calls == []
-
-
-async def test_a_permission_handler_that_raises_denies(
-    engine: Engine, model: Model, handlers: Handlers
-) -> None:
-    def broken(request: dict[str, Any]) -> str:
-        raise RuntimeError("handler broke")
-
-    parent = await root(engine, handlers.tool("save_result", requires_permission=True),
-                        permission_handler=broken)
-    model.play("go", [call("save_result", text="x")])
-    await parent.send_and_wait("go")
-    assert NO_APPROVAL in model.last_output("go")["output"]
+    assert denial in model.last_output("go")["output"]
     assert model.last_output("go")["success"] is False
     assert handlers.calls == []
 
@@ -803,19 +785,14 @@ async def test_an_unknown_permission_answer_denies(
 async def test_a_childs_permission_request_reaches_the_roots_handler(
     engine: Engine, model: Model, handlers: Handlers
 ) -> None:
-    asked: list[dict[str, Any]] = []
-
-    def approve(request: dict[str, Any]) -> str:
-        asked.append(request)
-        return "approved"
-
+    approve = Approver()
     parent = await root(engine, handlers.tool("save_result", requires_permission=True),
                         permission_handler=approve)
     seen = collect(parent)
     model.play("work", [call("save_result", call_id="call_p", text="x")])
     cid = await parent.subsessions.spawn_child("helper", "work")
     await parent.subsessions.wait_child(cid)
-    [request] = asked
+    [request] = approve.asked
     assert request["session_id"] == cid
     assert request["tool_name"] == "save_result"
     assert request["arguments"] == {"text": "x"}

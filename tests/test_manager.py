@@ -8,15 +8,26 @@ test answers it.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
-from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from scripting import (
+    FOREVER_MS,
+    SUBSESSION_TOOLS,
+    WORKER,
+    Script,
+    call,
+    events,
+    first_prompt,
+    outputs,
+    rollout_of,
+    spawn_held,
+    terminals,
+)
 
 from subsessions import (
     ChildCancelled,
@@ -31,7 +42,6 @@ from subsessions import (
     InvalidArguments,
     ModelRequest,
     Profile,
-    ScriptedModel,
     Session,
     SessionConfig,
     SubsessionError,
@@ -42,92 +52,12 @@ from subsessions import (
 from subsessions.ids import is_session_id, new_session_id
 from subsessions.rollouts.reader import Rollout, find_rollout, read_rollout
 
-WORKER = Profile(name="worker", description="does work", developer_instructions="You are a worker.")
-TERMINAL = ("task_complete", "turn_aborted", "error")
-SUBSESSION_TOOLS = {
-    "create_session", "wait_session", "cancel_session", "wait_sessions", "run_sessions",
-    "list_profiles",
-}
-FOREVER_MS = 3_600_000
-
 
 # -- helpers ------------------------------------------------------------------------------
-def prompt_of(request: ModelRequest) -> str:
-    first = request.items[0]
-    assert first["role"] == "user"
-    return str(first["content"][0]["text"])
-
-
-def outputs(request: ModelRequest) -> list[dict[str, Any]]:
-    return [item for item in request.items if item.get("type") == "function_call_output"]
-
-
-def call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"type": "function_call", "name": name, "arguments": arguments}
-
-
-class Script:
-    """The model of every session in a test, routed by the session's prompt.
-
-    A prompt with a handler is answered by it; a held prompt waits on its gate
-    until the test answers it (or the call is cancelled); any other prompt is
-    answered at once with `answer to {prompt}`.
-    """
-
-    def __init__(self) -> None:
-        self.model = ScriptedModel(self._respond)
-        self.handlers: dict[str, Callable[[ModelRequest], Any]] = {}
-        self.seen: defaultdict[str, list[ModelRequest]] = defaultdict(list)
-        self.cancelled: list[str] = []
-        self._gates: dict[str, asyncio.Future[Any]] = {}
-        self._started: dict[str, asyncio.Event] = {}
-
-    def _event(self, prompt: str) -> asyncio.Event:
-        return self._started.setdefault(prompt, asyncio.Event())
-
-    def hold(self, *prompts: str) -> None:
-        for prompt in prompts:
-            self._gates[prompt] = asyncio.get_running_loop().create_future()
-
-    def answer(self, prompt: str, response: Any) -> None:
-        self._gates[prompt].set_result(response)
-
-    async def started(self, prompt: str) -> None:
-        await asyncio.wait_for(self._event(prompt).wait(), 10)
-
-    async def _respond(self, request: ModelRequest) -> Any:
-        prompt = prompt_of(request)
-        self.seen[prompt].append(request)
-        self._event(prompt).set()
-        handler = self.handlers.get(prompt)
-        if handler is not None:
-            result = handler(request)
-            return await result if inspect.isawaitable(result) else result
-        gate = self._gates.get(prompt)
-        if gate is None:
-            return [f"answer to {prompt}"]
-        try:
-            return await gate
-        except asyncio.CancelledError:
-            self.cancelled.append(prompt)
-            raise
-
-
-def rollout_of(home: Path, session_id: str) -> Rollout:
-    return read_rollout(find_rollout(home, session_id))
-
-
-def events(rollout: Rollout) -> list[dict[str, Any]]:
-    return [r["payload"] for r in rollout.records if r["type"] == "event_msg"]
-
-
-def terminals(rollout: Rollout) -> list[dict[str, Any]]:
-    return [e for e in events(rollout) if e["type"] in TERMINAL]
-
-
 @pytest.fixture
 def script() -> Script:
-    return Script()
+    """Routed by each session's first message, the user's prompt."""
+    return Script(route=first_prompt)
 
 
 @pytest.fixture
@@ -185,9 +115,7 @@ async def test_child_with_no_assistant_message_results_in_none(
 async def test_wait_that_does_not_wait_on_a_running_child(
     parent: Session, script: Script, timeout: float
 ) -> None:
-    script.hold("slow")
-    cid = await parent.subsessions.spawn_child("worker", "slow")
-    await script.started("slow")
+    cid = await spawn_held(parent, script, "slow")
     with pytest.raises(ChildNotFinished) as caught:
         await parent.subsessions.wait_child(cid, timeout=timeout)
     assert str(caught.value) == f"session {cid} has not completed"
@@ -200,9 +128,7 @@ async def test_wait_that_does_not_wait_on_a_running_child(
 
 
 async def test_wait_timeout_leaves_the_child_running(parent: Session, script: Script) -> None:
-    script.hold("slow")
-    cid = await parent.subsessions.spawn_child("worker", "slow")
-    await script.started("slow")
+    cid = await spawn_held(parent, script, "slow")
     with pytest.raises(ChildTimeout) as caught:
         await parent.subsessions.wait_child(cid, timeout=0.01)
     assert isinstance(caught.value, TimeoutError)
@@ -221,9 +147,7 @@ async def test_wait_timeout_leaves_the_child_running(parent: Session, script: Sc
 async def test_an_infinitely_negative_timeout_does_not_wait(
     parent: Session, script: Script, timeout: float
 ) -> None:
-    script.hold("slow")
-    cid = await parent.subsessions.spawn_child("worker", "slow")
-    await script.started("slow")
+    cid = await spawn_held(parent, script, "slow")
     with pytest.raises(ChildNotFinished):
         await parent.subsessions.wait_child(cid, timeout=timeout)
     script.answer("slow", ["done"])
@@ -236,9 +160,7 @@ async def test_a_tiny_positive_timeout_still_waits_and_times_out(
     parent: Session, script: Script, timeout: float
 ) -> None:
     """Only `timeout <= 0` means "do not wait"; any positive timeout ends in ChildTimeout."""
-    script.hold("slow")
-    cid = await parent.subsessions.spawn_child("worker", "slow")
-    await script.started("slow")
+    cid = await spawn_held(parent, script, "slow")
     with pytest.raises(ChildTimeout):
         await parent.subsessions.wait_child(cid, timeout=timeout)
     assert parent.subsessions.status(cid) is ChildStatus.PENDING
@@ -247,9 +169,7 @@ async def test_a_tiny_positive_timeout_still_waits_and_times_out(
 
 
 async def test_an_infinite_timeout_waits_for_the_child(parent: Session, script: Script) -> None:
-    script.hold("slow")
-    cid = await parent.subsessions.spawn_child("worker", "slow")
-    await script.started("slow")
+    cid = await spawn_held(parent, script, "slow")
     asyncio.get_running_loop().call_soon(script.answer, "slow", ["worth it"])
     assert await parent.subsessions.wait_child(cid, timeout=math.inf) == "worth it"
 
@@ -312,9 +232,7 @@ async def test_model_error_fails_the_child(
 
 # -- cancelling -------------------------------------------------------------------------
 async def test_cancel_a_running_child(parent: Session, script: Script, home: Path) -> None:
-    script.hold("slow")
-    cid = await parent.subsessions.spawn_child("worker", "slow")
-    await script.started("slow")
+    cid = await spawn_held(parent, script, "slow")
 
     assert await parent.subsessions.cancel_child(cid) is True
     assert parent.subsessions.status(cid) is ChildStatus.CANCELLED

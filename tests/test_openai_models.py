@@ -12,11 +12,11 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 import openai
-import orjson
 import pytest
 from fake_openai import (
     FakeOpenAI,
@@ -32,6 +32,7 @@ from fake_openai import (
     settle_sdk_generators,
     text,
 )
+from openai_support import rollouts, tool_outputs
 
 from subsessions import (
     ChildFailed,
@@ -92,18 +93,28 @@ def api(request: pytest.FixtureRequest) -> Api:
     return request.param  # type: ignore[no-any-return]
 
 
+@asynccontextmanager
+async def engine_on(
+    fake: FakeOpenAI, api: Api, home: Path, tmp_path: Path, **client_options: Any
+) -> AsyncIterator[Engine]:
+    """An engine on model "m" whose client talks to the fake over `api`; the client is
+    closed, and what the SDK left behind settled, once the engine is."""
+    client = make_client(fake, api, **client_options)
+    try:
+        async with Engine(home, model_client=client, model="m", project_dir=tmp_path) as engine:
+            yield engine
+    finally:
+        await client.aclose()
+        await settle_sdk_generators()
+
+
 @pytest.fixture
 async def engine(
     fake_openai: FakeOpenAI, api: Api, home: Path, tmp_path: Path
 ) -> AsyncIterator[Engine]:
     """An engine on model "m" whose client talks to the fake over `api`."""
-    client = make_client(fake_openai, api)
-    try:
-        async with Engine(home, model_client=client, model="m", project_dir=tmp_path) as eng:
-            yield eng
-    finally:
-        await client.aclose()
-        await settle_sdk_generators()
+    async with engine_on(fake_openai, api, home, tmp_path) as eng:
+        yield eng
 
 
 async def parent_session(engine: Engine, *tools: Tool, worker: Profile = WORKER) -> Session:
@@ -123,17 +134,6 @@ def is_worker(request: Recorded) -> bool:
     return WORKER_INSTRUCTIONS in instructions_of(request)
 
 
-def tool_outputs(request: Recorded) -> list[str]:
-    """The tool results the request shows the model, in order, in either API."""
-    if request.api == "responses":
-        return [
-            str(i["output"])
-            for i in request.body["input"]
-            if i.get("type") == "function_call_output"
-        ]
-    return [str(m["content"]) for m in request.body["messages"] if m["role"] == "tool"]
-
-
 def user_texts(request: Recorded) -> list[str]:
     if request.api == "responses":
         return [
@@ -143,16 +143,6 @@ def user_texts(request: Recorded) -> list[str]:
             for part in item["content"]
         ]
     return [m["content"] for m in request.body["messages"] if m["role"] == "user"]
-
-
-def rollouts(home: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every rollout under `home`, by session id: its records, session_meta first."""
-    found: dict[str, list[dict[str, Any]]] = {}
-    for path in sorted(home.glob("sessions/*/*/*/rollout-*.jsonl")):
-        records = [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
-        assert records[0]["type"] == "session_meta", path
-        found[records[0]["payload"]["id"]] = records
-    return found
 
 
 def events(records: list[dict[str, Any]], kind: str | None = None) -> list[dict[str, Any]]:
@@ -396,13 +386,9 @@ async def test_chat_reasoning_under_ollamas_field_name(
 ) -> None:
     fake_openai.chat_reasoning_field = "reasoning"  # Ollama; vLLM/DeepSeek: reasoning_content
     fake_openai.reply_with(text("42").with_reasoning("Six times seven.", pieces=3))
-    client = make_client(fake_openai, "chat")
-    try:
-        async with Engine(home, model_client=client, model="m", project_dir=tmp_path) as engine:
-            parent = await parent_session(engine)
-            assert await parent.send_and_wait("6 * 7?") == "42"
-    finally:
-        await client.aclose()
+    async with engine_on(fake_openai, "chat", home, tmp_path) as engine:
+        parent = await parent_session(engine)
+        assert await parent.send_and_wait("6 * 7?") == "42"
 
     [reasoning] = items(rollouts(home)[parent.session_id], "reasoning")
     assert "".join(s["text"] for s in reasoning["summary"]) == "Six times seven."
@@ -462,13 +448,9 @@ async def test_chat_history_without_text_still_sends_one_assistant_message(
         calls(call("add", {"a": 1, "b": 2}, call_id="c1"), call("add", {"a": 2, "b": 2})),
         text("done"),
     )
-    client = make_client(fake_openai, "chat")
-    try:
-        async with Engine(home, model_client=client, model="m", project_dir=tmp_path) as engine:
-            parent = await parent_session(engine, ADD)
-            assert await parent.send_and_wait("sums") == "done"
-    finally:
-        await client.aclose()
+    async with engine_on(fake_openai, "chat", home, tmp_path) as engine:
+        parent = await parent_session(engine, ADD)
+        assert await parent.send_and_wait("sums") == "done"
 
     sent = fake_openai.requests[1].body["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "tool"]
@@ -588,19 +570,16 @@ async def test_stalled_stream_is_an_error_after_the_idle_timeout(
     fake_openai: FakeOpenAI, home: Path, tmp_path: Path, api: Api
 ) -> None:
     fake_openai.script = worker_only(lambda r: text("never finished", pieces=4).stall_after(2))
-    client = make_client(fake_openai, api, max_retries=1, idle_timeout=0.2)
-    try:
-        async with Engine(home, model_client=client, model="m", project_dir=tmp_path) as engine:
-            parent, child_id = await run_child(engine)
-            started = time.monotonic()
-            with pytest.raises(ChildFailed) as failed:
-                await parent.subsessions.wait_child(child_id, timeout=5)
-            elapsed = time.monotonic() - started
-            # both attempts closed their stream: the server saw each client leave
-            await fake_openai.wait_for_disconnects(2)
-    finally:
-        await client.aclose()
-        await settle_sdk_generators()
+    async with engine_on(
+        fake_openai, api, home, tmp_path, max_retries=1, idle_timeout=0.2
+    ) as engine:
+        parent, child_id = await run_child(engine)
+        started = time.monotonic()
+        with pytest.raises(ChildFailed) as failed:
+            await parent.subsessions.wait_child(child_id, timeout=5)
+        elapsed = time.monotonic() - started
+        # both attempts closed their stream: the server saw each client leave
+        await fake_openai.wait_for_disconnects(2)
 
     assert len(fake_openai.requests) == 2
     assert elapsed >= 2 * 0.2
@@ -759,19 +738,14 @@ async def test_cancelling_a_streaming_child_closes_its_stream(
         return text("a long answer", pieces=6).stall_after(3)
 
     fake_openai.script = script
-    client = make_client(fake_openai, api, idle_timeout=30.0)
-    try:
-        async with Engine(home, model_client=client, model="m", project_dir=tmp_path) as engine:
-            parent, child_id = await run_child(engine)
-            await asyncio.wait_for(streaming.wait(), 5)
-            started = time.monotonic()
-            assert await parent.subsessions.cancel_child(child_id) is True
-            took = time.monotonic() - started
-            await fake_openai.wait_for_disconnects(1)
-            assert parent.subsessions.status(child_id) == ChildStatus.CANCELLED
-    finally:
-        await client.aclose()
-        await settle_sdk_generators()
+    async with engine_on(fake_openai, api, home, tmp_path, idle_timeout=30.0) as engine:
+        parent, child_id = await run_child(engine)
+        await asyncio.wait_for(streaming.wait(), 5)
+        started = time.monotonic()
+        assert await parent.subsessions.cancel_child(child_id) is True
+        took = time.monotonic() - started
+        await fake_openai.wait_for_disconnects(1)
+        assert parent.subsessions.status(child_id) == ChildStatus.CANCELLED
 
     assert took < 0.5
     assert len(fake_openai.requests) == 1

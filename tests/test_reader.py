@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+from scripting import call
 
 from subsessions import Engine, ModelRequest, ScriptedModel, SessionConfig
 from subsessions.errors import RolloutError, SubsessionError, UnknownSession
@@ -29,19 +30,15 @@ from subsessions.rollouts import index as index_module
 from subsessions.rollouts.recorder import rollout_path
 
 
-def _call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"type": "function_call", "name": name, "arguments": arguments}
-
-
 async def script(request: ModelRequest) -> list[Any]:
     """Children answer "<prompt> done"; "nest" spawns and waits for a grandchild; "block" hangs."""
     prompt = request.items[0]["content"][0]["text"]
     outputs = [orjson.loads(i["output"]) for i in request.items
                if i["type"] == "function_call_output"]
     if prompt == "nest" and not outputs:
-        return [_call("create_session", session_type="mathematician", prompt="leaf two")]
+        return [call("create_session", session_type="mathematician", prompt="leaf two")]
     if prompt == "nest" and len(outputs) == 1:
-        return [_call("wait_session", session_id=outputs[0]["session_id"], timeout_ms=5000)]
+        return [call("wait_session", session_id=outputs[0]["session_id"], timeout_ms=5000)]
     if prompt == "block":
         await asyncio.Event().wait()
     return [f"{prompt} done"]

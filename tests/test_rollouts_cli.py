@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+from scripting import call
 
 from subsessions import Engine, ModelRequest, ScriptedModel
 from subsessions.cli import main
@@ -38,10 +39,6 @@ def run(capsys: pytest.CaptureFixture[str], home: Path) -> Run:
     return run
 
 
-def _call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"type": "function_call", "name": name, "arguments": arguments}
-
-
 async def three_levels(request: ModelRequest) -> list[Any]:
     """plan -> default "check the sum" -> mathematician "add 2 and 2"; each waits for its child."""
     prompt = request.items[0]["content"][0]["text"]
@@ -51,9 +48,9 @@ async def three_levels(request: ModelRequest) -> list[Any]:
              "check the sum": ("mathematician", "add 2 and 2")}
     if prompt in child and not outputs:
         kind, task = child[prompt]
-        return [_call("create_session", session_type=kind, prompt=task)]
+        return [call("create_session", session_type=kind, prompt=task)]
     if prompt in child and len(outputs) == 1:
-        return [_call("wait_session", session_id=outputs[0]["session_id"], timeout_ms=5000)]
+        return [call("wait_session", session_id=outputs[0]["session_id"], timeout_ms=5000)]
     return {"plan": ["All checked: 4"], "check the sum": ["the sum is 4"]}.get(prompt, ["4"])
 
 

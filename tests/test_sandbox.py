@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
+from tools_support import BWRAP_WORKS, needs_bwrap, ws
 
 from subsessions.config import Invocation
 from subsessions.tools import (
@@ -24,11 +23,8 @@ from subsessions.tools import (
     sandbox,
 )
 
-BWRAP_WORKS = shutil.which("bwrap") is not None and subprocess.run(
-    ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
-     "--unshare-net", "true"], capture_output=True,
-).returncode == 0
-needs_bwrap = pytest.mark.skipif(not BWRAP_WORKS, reason="bubblewrap cannot run here")
+__all__ = ["ws"]  # the fixture, imported so that pytest finds it here
+
 CALL = Invocation(session_id="s", tool_call_id="call_1", tool_name="shell")
 
 
@@ -37,13 +33,6 @@ async def shell(context: ToolContext, *command: str) -> dict[str, Any]:
     assert tool.handler is not None
     value: dict[str, Any] = orjson.loads(await tool.handler({"command": list(command)}, CALL))
     return value
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
 
 
 @pytest.fixture

@@ -8,19 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tools_support import ws
 
 from subsessions.config import Invocation, Tool
 from subsessions.errors import InvalidArguments
 from subsessions.tools import BUILTIN_TOOL_NAMES, FileToolError, ToolContext, builtin_tools, files
 
+__all__ = ["ws"]  # the fixture, imported so that pytest finds it here
+
 CALL = Invocation(session_id="s", tool_call_id="call_1", tool_name="read_file")
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
 
 
 async def call(ws: Path, name: str, **arguments: Any) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tools_support import Recorder, ws
 
 from subsessions.config import Invocation
 from subsessions.errors import InvalidArguments
@@ -23,24 +24,9 @@ from subsessions.tools import (
 from subsessions.tools import apply_patch as apply_patch_module
 from subsessions.tools.patch import AddFile, DeleteFile, UpdateFile, parse_patch
 
+__all__ = ["ws"]  # the fixture, imported so that pytest finds it here
+
 CALL = Invocation(session_id="s", tool_call_id="call_7", tool_name="apply_patch")
-
-
-class Recorder:
-    def __init__(self, answer: str = "approved") -> None:
-        self.answer = answer
-        self.requests: list[dict[str, Any]] = []
-
-    async def __call__(self, request: dict[str, Any]) -> str:
-        self.requests.append(request)
-        return self.answer
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
 
 
 def context(ws: Path, **kwargs: Any) -> ToolContext:

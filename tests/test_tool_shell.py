@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
+from tools_support import BWRAP_WORKS, Recorder, needs_bwrap, ws
 
 from subsessions.config import Invocation
 from subsessions.errors import InvalidArguments
@@ -31,11 +30,8 @@ from subsessions.tools import (
 from subsessions.tools import sandbox as sandbox_module
 from subsessions.tools import shell as shell_module
 
-BWRAP_WORKS = shutil.which("bwrap") is not None and subprocess.run(
-    ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
-     "--unshare-net", "true"], capture_output=True,
-).returncode == 0
-needs_bwrap = pytest.mark.skipif(not BWRAP_WORKS, reason="bubblewrap cannot run here")
+__all__ = ["ws"]  # the fixture, imported so that pytest finds it here
+
 MODES = [
     "danger-full-access",
     pytest.param("workspace-write", marks=needs_bwrap),
@@ -101,27 +97,6 @@ async def assert_gone(pids: list[int]) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"still alive: {alive}")
-
-
-class Recorder:
-    """A fake `ask_permission`: records each request and answers `answer`."""
-
-    def __init__(self, answer: Any = "approved") -> None:
-        self.answer = answer
-        self.requests: list[dict[str, Any]] = []
-
-    async def __call__(self, request: dict[str, Any]) -> Any:
-        self.requests.append(request)
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
 
 
 # -- running ------------------------------------------------------------------------------

@@ -10,15 +10,35 @@ running by futures the test resolves and ordered by events, never by sleeping.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import uuid
-from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from scripting import (
+    FOREVER_MS,
+    LIMIT_TEXT,
+    PARENT_PROMPT,
+    SUBSESSION_TOOLS,
+    WORKER,
+    Script,
+    Step,
+    Watch,
+    call,
+    create,
+    failure,
+    meet_then_end_in_reverse,
+    outputs,
+    prompt_of,
+    rollout_of,
+    script,
+    spawned,
+    value,
+    wait,
+    watch,
+)
 
 from subsessions import (
     ChildStatus,
@@ -26,54 +46,20 @@ from subsessions import (
     ModelRequest,
     Profile,
     ProfileError,
-    ScriptedModel,
     Session,
     SessionConfig,
 )
-from subsessions.events import SessionEvent
-from subsessions.ids import is_session_id, new_session_id
+from subsessions.ids import new_session_id
 from subsessions.profiles import parse_profile
-from subsessions.rollouts.reader import Rollout, find_rollout, read_rollout
+from subsessions.rollouts.reader import find_rollout
 
-WORKER = Profile(name="worker", description="does work", developer_instructions="You are a worker.")
-PARENT_PROMPT = "parent task"
-FOREVER_MS = 3_600_000
-ENDINGS = ("subagent.completed", "subagent.failed")
-SUBSESSION_TOOLS = {
-    "create_session", "wait_session", "cancel_session", "wait_sessions", "run_sessions",
-    "list_profiles",
-}
+__all__ = ["script", "watch"]  # the fixtures, imported so that pytest finds them here
+
 NOTICE_OPEN, NOTICE_CLOSE = "<subsession_notification>", "</subsession_notification>"
-LIMIT_TEXT = (
-    "sub-session limit reached (max_children={n}); wait for or cancel a running session first"
-)
 DEPTH_TEXT = "sub-session depth limit reached (max_depth={n}); solve the task yourself"
 
 
 # -- helpers ------------------------------------------------------------------------------
-def prompt_of(request: ModelRequest) -> str:
-    """The prompt of the task being run: the last user message."""
-    users = [i for i in request.items if i.get("type") == "message" and i["role"] == "user"]
-    return str(users[-1]["content"][0]["text"])
-
-
-def outputs(request: ModelRequest) -> list[dict[str, Any]]:
-    return [item for item in request.items if item.get("type") == "function_call_output"]
-
-
-def call(name: str, arguments: Any = None, **kw: Any) -> dict[str, Any]:
-    given = kw if arguments is None else arguments
-    return {"type": "function_call", "name": name, "arguments": given}
-
-
-def create(session_type: str, prompt: str) -> dict[str, Any]:
-    return call("create_session", session_type=session_type, prompt=prompt)
-
-
-def wait(session_id: str, timeout_ms: int = FOREVER_MS) -> dict[str, Any]:
-    return call("wait_session", session_id=session_id, timeout_ms=timeout_ms)
-
-
 def wait_many(ids: Sequence[str], mode: str, timeout_ms: int = FOREVER_MS) -> dict[str, Any]:
     return call("wait_sessions", session_ids=list(ids), timeout_ms=timeout_ms, mode=mode)
 
@@ -81,22 +67,6 @@ def wait_many(ids: Sequence[str], mode: str, timeout_ms: int = FOREVER_MS) -> di
 def run(mode: str, *tasks: tuple[str, str], timeout_ms: int = FOREVER_MS) -> dict[str, Any]:
     listed = [{"session_type": kind, "prompt": prompt} for kind, prompt in tasks]
     return call("run_sessions", mode=mode, tasks=listed, timeout_ms=timeout_ms)
-
-
-def value(output: dict[str, Any]) -> Any:
-    assert output["success"] is True, output
-    return orjson.loads(output["output"])
-
-
-def failure(output: dict[str, Any]) -> str:
-    assert output["success"] is False, output
-    return str(output["output"])
-
-
-def spawned(outs: Sequence[dict[str, Any]], n: int = 0) -> str:
-    session_id = value(outs[n])["session_id"]
-    assert is_session_id(session_id)
-    return str(session_id)
 
 
 def notices(request: ModelRequest) -> list[dict[str, Any]]:
@@ -110,101 +80,6 @@ def notices(request: ModelRequest) -> list[dict[str, Any]]:
             assert text.endswith(NOTICE_CLOSE), text
             found.append(orjson.loads(text[len(NOTICE_OPEN) : -len(NOTICE_CLOSE)]))
     return found
-
-
-Step = Callable[[list[dict[str, Any]]], Any]
-
-
-class Script:
-    """The model of every session, routed by the task's prompt.
-
-    A played prompt answers its n-th model call with `steps[n](outputs so far)` and
-    `parent done` after the last step; a prompt with a handler is answered by it; a
-    held prompt waits on its gate; any other prompt is answered `answer to {prompt}`.
-    """
-
-    def __init__(self) -> None:
-        self.model = ScriptedModel(self._respond)
-        self.handlers: dict[str, Callable[[ModelRequest], Any]] = {}
-        self.seen: defaultdict[str, list[ModelRequest]] = defaultdict(list)
-        self.cancelled: list[str] = []
-        self._gates: dict[str, asyncio.Future[Any]] = {}
-        self._started: dict[str, asyncio.Event] = {}
-
-    def _event(self, prompt: str) -> asyncio.Event:
-        return self._started.setdefault(prompt, asyncio.Event())
-
-    def hold(self, *prompts: str) -> None:
-        for prompt in prompts:
-            self._gates[prompt] = asyncio.get_running_loop().create_future()
-
-    def answer(self, prompt: str, response: Any) -> None:
-        self._gates[prompt].set_result(response)
-
-    def answer_soon(self, prompt: str, response: Any) -> None:
-        """Answer once the current step is over (the parent is then inside its tool call)."""
-        asyncio.get_running_loop().call_soon(self.answer, prompt, response)
-
-    async def started(self, *prompts: str) -> None:
-        for prompt in prompts:
-            await asyncio.wait_for(self._event(prompt).wait(), 10)
-
-    def play(self, prompt: str, steps: Sequence[Step]) -> None:
-        async def respond(request: ModelRequest) -> Any:
-            n = len(self.seen[prompt]) - 1
-            if n >= len(steps):
-                return ["parent done"]
-            result = steps[n](outputs(request))
-            return await result if inspect.isawaitable(result) else result
-
-        self.handlers[prompt] = respond
-
-    async def _respond(self, request: ModelRequest) -> Any:
-        prompt = prompt_of(request)
-        self.seen[prompt].append(request)
-        self._event(prompt).set()
-        handler = self.handlers.get(prompt)
-        if handler is not None:
-            result = handler(request)
-            return await result if inspect.isawaitable(result) else result
-        gate = self._gates.get(prompt)
-        if gate is None:
-            return [f"answer to {prompt}"]
-        try:
-            return await gate
-        except asyncio.CancelledError:
-            self.cancelled.append(prompt)
-            raise
-
-
-class Watch:
-    """Every event of a top-level session (its descendants' are forwarded to it)."""
-
-    def __init__(self) -> None:
-        self.events: list[SessionEvent] = []
-        self._ended: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-
-    def __call__(self, event: SessionEvent) -> None:
-        self.events.append(event)
-        if event.type in ENDINGS:
-            self._ended[event.data["remote_session_id"]].set()
-
-    async def ended(self, *session_ids: str) -> None:
-        for session_id in session_ids:
-            await asyncio.wait_for(self._ended[session_id].wait(), 10)
-
-    def ending_order(self) -> list[str]:
-        return [e.data["remote_session_id"] for e in self.events if e.type in ENDINGS]
-
-
-@pytest.fixture
-def script() -> Script:
-    return Script()
-
-
-@pytest.fixture
-def watch() -> Watch:
-    return Watch()
 
 
 @pytest.fixture
@@ -232,10 +107,6 @@ async def task(
         pytest.fail(f"task {prompt!r} hung in a tool call after the outputs of {calls}")
     assert answer == "parent done"
     return outputs(script.seen[prompt][-1])
-
-
-def rollout_of(home: Path, session_id: str) -> Rollout:
-    return read_rollout(find_rollout(home, session_id))
 
 
 def done(result: str | None) -> dict[str, Any]:
@@ -272,8 +143,7 @@ async def test_wait_sessions_any_with_three_children_ending_at_different_times(
         parent,
         script,
         [
-            lambda outs: [create("worker", "alpha"), create("worker", "bravo"),
-                          create("worker", "charlie")],
+            lambda outs: [create("worker", p) for p in ("alpha", "bravo", "charlie")],
             first_wait,
             second_wait,
             last_wait,
@@ -319,8 +189,7 @@ async def test_wait_sessions_all_times_out_leaving_one_running_then_cancel_it(
         parent,
         script,
         [
-            lambda outs: [create("worker", "alpha"), create("worker", "bravo"),
-                          create("worker", "charlie")],
+            lambda outs: [create("worker", p) for p in ("alpha", "bravo", "charlie")],
             wait_all_briefly,
             cancel_the_last,
             lambda outs: [wait_many(ids, "all", timeout_ms=0)],
@@ -419,20 +288,7 @@ async def test_run_sessions_parallel_overlaps_and_returns_results_in_task_order(
     engine: Engine, script: Script, watch: Watch
 ) -> None:
     prompts = ["p0", "p1", "p2"]
-    arrived = {p: asyncio.Event() for p in prompts}
-
-    def child(me: str, after: str | None) -> Callable[[ModelRequest], Any]:
-        async def respond(request: ModelRequest) -> Any:
-            arrived[me].set()
-            for other in prompts:  # only possible if all three run at the same time
-                await asyncio.wait_for(arrived[other].wait(), 10)
-            if after is not None:  # end in reverse task order
-                await watch.ended(script.seen[after][0].session_id)
-            return [f"{me} done"]
-
-        return respond
-
-    script.handlers.update(p0=child("p0", "p1"), p1=child("p1", "p2"), p2=child("p2", None))
+    meet_then_end_in_reverse(script, watch, prompts)
     parent = await new_parent(engine, watch)
     tasks = [("worker", p) for p in prompts]
     outs = await task(parent, script, [lambda outs: [run("parallel", *tasks)]])

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from scripting import FOREVER_MS, call, outputs
 
 from subsessions import (
     Engine,
@@ -25,7 +26,6 @@ from subsessions import (
 )
 from subsessions.events import SessionEvent
 
-FOREVER_MS = 3_600_000
 TEXT = {
     "type": "object",
     "properties": {"text": {"type": "string", "description": "What to save."}},
@@ -38,14 +38,6 @@ HELPER = Profile(
     developer_instructions="HELPER",
     tools=["save_result"],
 )
-
-
-def call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"type": "function_call", "name": name, "arguments": arguments}
-
-
-def outputs(request: ModelRequest) -> list[dict[str, Any]]:
-    return [item for item in request.items if item.get("type") == "function_call_output"]
 
 
 def delegating_parent(agent: str, task: str) -> Callable[[ModelRequest], list[Any]]:

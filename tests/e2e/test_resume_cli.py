@@ -7,53 +7,16 @@ the answer is printed, and the same rollout file grows. Mistakes are one stderr 
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from fake_openai import FakeOpenAI, Recorded, fake_openai, text
+from openai_support import run
 
 __all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
-
-REPO = Path(__file__).resolve().parents[2]
-TIMEOUT = 30.0
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    env.pop("SUBSESSIONS_HOME", None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    return env
-
-
-def _default_sigint() -> None:  # pragma: no cover - runs in the child between fork and exec
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-async def run(*args: str, cwd: Path) -> tuple[int, str, str]:
-    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "subsessions", *args,
-        cwd=cwd, env=_env(),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        preexec_fn=_default_sigint if ignored else None,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def model_args(home: Path, base_url: str) -> list[str]:

@@ -9,26 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, error, fake_openai, text
+from openai_support import TIMEOUT, UNSET, cli_env, rollouts, run, start, tool_outputs
 
 __all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
 
-REPO = Path(__file__).resolve().parents[2]
 WORKER_INSTRUCTIONS = "You are a worker sub-session."
 WORKER_PROFILE = f'''name = "worker"
 description = "does one job"
 developer_instructions = "{WORKER_INSTRUCTIONS}"
 '''
-UNSET = "SUBSESSIONS_TEST_UNSET_KEY"
-TIMEOUT = 30.0
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -39,55 +35,8 @@ def make_home(tmp_path: Path) -> Path:
     return home
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", UNSET)}
-    env.pop("SUBSESSIONS_HOME", None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    return env
-
-
-def _default_sigint() -> None:  # pragma: no cover - runs in the child between fork and exec
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-async def start(*args: str, cwd: Path) -> asyncio.subprocess.Process:
-    # A child inherits an ignored SIGINT (e.g. under a shell's background job); give it back
-    # the default so that Python installs its KeyboardInterrupt handler, as in a terminal.
-    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "subsessions", *args,
-        cwd=cwd,
-        env=_env(),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        preexec_fn=_default_sigint if ignored else None,
-    )
-
-
-async def run(*args: str, cwd: Path) -> tuple[int, str, str]:
-    proc = await start(*args, cwd=cwd)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
 def run_args(home: Path, base_url: str, prompt: str, *extra: str) -> list[str]:
     return ["run", "--home", str(home), "--base-url", base_url, *extra, prompt]
-
-
-def rollouts(home: Path) -> dict[str, list[dict[str, Any]]]:
-    found: dict[str, list[dict[str, Any]]] = {}
-    for path in sorted(home.glob("sessions/*/*/*/rollout-*.jsonl")):
-        records = [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
-        assert records[0]["type"] == "session_meta", path
-        found[records[0]["payload"]["id"]] = records
-    return found
 
 
 def last_event(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -101,13 +50,6 @@ def is_worker(request: Recorded) -> bool:
         m["role"] == "system" and WORKER_INSTRUCTIONS in str(m["content"])
         for m in request.body["messages"]
     )
-
-
-def tool_outputs(request: Recorded) -> list[str]:
-    if request.api == "responses":
-        return [str(i["output"]) for i in request.body["input"]
-                if i.get("type") == "function_call_output"]
-    return [str(m["content"]) for m in request.body["messages"] if m["role"] == "tool"]
 
 
 def assert_one_line_error(code: int, err: str) -> str:
@@ -272,7 +214,7 @@ async def test_the_key_is_sent_from_the_named_variable(
         sys.executable, "-m", "subsessions",
         *run_args(home, fake_openai.base_url, "hi", "--api-key-env", "MY_LOCAL_KEY"),
         cwd=tmp_path,
-        env={**_env(), "MY_LOCAL_KEY": "sk-local-123"},
+        env={**cli_env(), "MY_LOCAL_KEY": "sk-local-123"},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

@@ -9,16 +9,33 @@ Children are held running by futures the test resolves, never by sleeping.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import stat
-from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from scripting import (
+    FOREVER_MS,
+    PARENT_PROMPT,
+    TERMINAL,
+    WORKER,
+    Script,
+    Step,
+    call,
+    cancel,
+    create,
+    events,
+    failure,
+    outputs,
+    rollout_of,
+    script,
+    spawned,
+    value,
+    wait,
+)
 
 from subsessions import (
     ChildStatus,
@@ -26,140 +43,18 @@ from subsessions import (
     EngineClosed,
     ModelRequest,
     Profile,
-    ScriptedModel,
     Session,
     SessionConfig,
 )
-from subsessions.ids import is_session_id, new_session_id
-from subsessions.rollouts.reader import Rollout, find_rollout, read_rollout
+from subsessions.ids import new_session_id
+from subsessions.rollouts.reader import Rollout, find_rollout
 
-WORKER = Profile(name="worker", description="does work", developer_instructions="You are a worker.")
+__all__ = ["script"]  # the fixture, imported so that pytest finds it here
+
 BUILTINS = {"default", "linter_fixer", "mathematician", "tester"}
-TERMINAL = ("task_complete", "turn_aborted", "error")
-PARENT_PROMPT = "parent task"
-FOREVER_MS = 3_600_000
 
 
 # -- helpers ------------------------------------------------------------------------------
-def prompt_of(request: ModelRequest) -> str:
-    """The prompt of the task being run: the last user message."""
-    users = [i for i in request.items if i.get("type") == "message" and i["role"] == "user"]
-    return str(users[-1]["content"][0]["text"])
-
-
-def outputs(request: ModelRequest) -> list[dict[str, Any]]:
-    return [item for item in request.items if item.get("type") == "function_call_output"]
-
-
-def call(name: str, arguments: Any = None, *, call_id: str | None = None, **kw: Any) -> dict:
-    item: dict[str, Any] = {
-        "type": "function_call",
-        "name": name,
-        "arguments": kw if arguments is None else arguments,
-    }
-    if call_id is not None:
-        item["call_id"] = call_id
-    return item
-
-
-def create(session_type: str, prompt: str, **kw: Any) -> dict:
-    return call("create_session", session_type=session_type, prompt=prompt, **kw)
-
-
-def wait(session_id: str, timeout_ms: int, **kw: Any) -> dict:
-    return call("wait_session", session_id=session_id, timeout_ms=timeout_ms, **kw)
-
-
-def cancel(session_id: str, **kw: Any) -> dict:
-    return call("cancel_session", session_id=session_id, **kw)
-
-
-def value(output: dict[str, Any]) -> Any:
-    assert output["success"] is True, output
-    return orjson.loads(output["output"])
-
-
-def failure(output: dict[str, Any]) -> str:
-    assert output["success"] is False, output
-    return str(output["output"])
-
-
-def spawned(outs: Sequence[dict[str, Any]], n: int = 0) -> str:
-    session_id = value(outs[n])["session_id"]
-    assert is_session_id(session_id)
-    return str(session_id)
-
-
-Step = Callable[[list[dict[str, Any]]], Any]
-
-
-class Script:
-    """The model of every session, routed by the session's prompt.
-
-    The parent's prompt plays `steps`: step n answers the parent's n-th model call
-    with `step(outputs so far)` (sync or async); after the last step the parent
-    answers `parent done`. A held child waits on its gate until the test answers it;
-    any other child answers `answer to {prompt}` at once.
-    """
-
-    def __init__(self) -> None:
-        self.model = ScriptedModel(self._respond)
-        self.handlers: dict[str, Callable[[ModelRequest], Any]] = {}
-        self.seen: defaultdict[str, list[ModelRequest]] = defaultdict(list)
-        self.cancelled: list[str] = []
-        self._gates: dict[str, asyncio.Future[Any]] = {}
-        self._started: dict[str, asyncio.Event] = {}
-
-    def _event(self, prompt: str) -> asyncio.Event:
-        return self._started.setdefault(prompt, asyncio.Event())
-
-    def hold(self, *prompts: str) -> None:
-        for prompt in prompts:
-            self._gates[prompt] = asyncio.get_running_loop().create_future()
-
-    def answer(self, prompt: str, response: Any) -> None:
-        self._gates[prompt].set_result(response)
-
-    def answer_soon(self, prompt: str, response: Any) -> None:
-        """Answer once the current step is over (the parent is then inside its tool call)."""
-        asyncio.get_running_loop().call_soon(self.answer, prompt, response)
-
-    async def started(self, prompt: str) -> None:
-        await asyncio.wait_for(self._event(prompt).wait(), 10)
-
-    def play(self, prompt: str, steps: Sequence[Step]) -> None:
-        async def respond(request: ModelRequest) -> Any:
-            n = len(self.seen[prompt]) - 1
-            if n >= len(steps):
-                return ["parent done"]
-            result = steps[n](outputs(request))
-            return await result if inspect.isawaitable(result) else result
-
-        self.handlers[prompt] = respond
-
-    async def _respond(self, request: ModelRequest) -> Any:
-        prompt = prompt_of(request)
-        self.seen[prompt].append(request)
-        self._event(prompt).set()
-        handler = self.handlers.get(prompt)
-        if handler is not None:
-            result = handler(request)
-            return await result if inspect.isawaitable(result) else result
-        gate = self._gates.get(prompt)
-        if gate is None:
-            return [f"answer to {prompt}"]
-        try:
-            return await gate
-        except asyncio.CancelledError:
-            self.cancelled.append(prompt)
-            raise
-
-
-@pytest.fixture
-def script() -> Script:
-    return Script()
-
-
 @pytest.fixture
 async def engine(home: Path, script: Script) -> AsyncIterator[Engine]:
     async with Engine(home, model_client=script.model, model="gpt-test") as engine:
@@ -178,14 +73,6 @@ async def drive(
     script.play(prompt, steps)
     assert await parent.send_and_wait(prompt) == "parent done"
     return parent, outputs(script.seen[prompt][-1])
-
-
-def rollout_of(home: Path, session_id: str) -> Rollout:
-    return read_rollout(find_rollout(home, session_id))
-
-
-def events(rollout: Rollout) -> list[dict[str, Any]]:
-    return [r["payload"] for r in rollout.records if r["type"] == "event_msg"]
 
 
 def assert_one_terminal_per_task(rollout: Rollout) -> list[str]:

@@ -1,0 +1,83 @@
+"""Helpers for the tests that run against FakeOpenAI: the `subsessions` command run as a
+subprocess, what the recorded requests showed the model, and the rollouts a run left."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+from fake_openai import Recorded
+
+REPO = Path(__file__).resolve().parents[1]
+UNSET = "SUBSESSIONS_TEST_UNSET_KEY"
+TIMEOUT = 30.0
+
+
+# -- the command as a user runs it --------------------------------------------------------
+def cli_env() -> dict[str, str]:
+    """This environment without an API key or a home, with the repository importable."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", UNSET)}
+    env.pop("SUBSESSIONS_HOME", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _default_sigint() -> None:  # pragma: no cover - runs in the child between fork and exec
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+async def start(*args: str, cwd: Path) -> asyncio.subprocess.Process:
+    """`python -m subsessions ARGS` as a subprocess, its stdout and stderr piped."""
+    # A child inherits an ignored SIGINT (e.g. under a shell's background job); give it back
+    # the default so that Python installs its KeyboardInterrupt handler, as in a terminal.
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "subsessions", *args,
+        cwd=cwd,
+        env=cli_env(),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        preexec_fn=_default_sigint if ignored else None,
+    )
+
+
+async def run(*args: str, cwd: Path) -> tuple[int, str, str]:
+    """`python -m subsessions ARGS` to its end: exit code, stdout, stderr."""
+    proc = await start(*args, cwd=cwd)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+# -- what a request showed the model, in either API ---------------------------------------
+def tool_outputs(request: Recorded) -> list[str]:
+    """The tool results the request shows the model, in order."""
+    if request.api == "responses":
+        return [
+            str(i["output"])
+            for i in request.body["input"]
+            if i.get("type") == "function_call_output"
+        ]
+    return [str(m["content"]) for m in request.body["messages"] if m["role"] == "tool"]
+
+
+# -- what a run left on disk ----------------------------------------------------------------
+def rollouts(home: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every rollout under `home`, by session id: its records, session_meta first."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(home.glob("sessions/*/*/*/rollout-*.jsonl")):
+        records = [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
+        assert records[0]["type"] == "session_meta", path
+        found[records[0]["payload"]["id"]] = records
+    return found
