@@ -1,6 +1,7 @@
 """subsessions: spawn, drive, wait for and cancel LLM sub-sessions from profile presets."""
 
 from subsessions._version import __version__
+from subsessions.children import ChildInfo, ChildStatus, RunResult, WaitResult
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.engine import Engine
 from subsessions.errors import (
@@ -29,7 +30,7 @@ from subsessions.errors import (
     UnknownSessionType,
 )
 from subsessions.events import SessionEvent
-from subsessions.manager import ChildInfo, ChildStatus, SubsessionManager
+from subsessions.manager import SubsessionManager
 from subsessions.models import ModelClient, ModelRequest, ModelResponse, ScriptedModel, TokenUsage
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
 from subsessions.session import Session
@@ -66,6 +67,7 @@ __all__ = [
     "Profile",
     "ProfileError",
     "RolloutError",
+    "RunResult",
     "ScriptedModel",
     "Session",
     "SessionBusy",
@@ -81,6 +83,7 @@ __all__ = [
     "UnknownSession",
     "UnknownSessionType",
     "Usage",
+    "WaitResult",
     "__version__",
     "load_profiles",
 ]

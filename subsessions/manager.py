@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import enum
 import itertools
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from attrs import define, evolve, frozen
+from attrs import evolve
 
+from subsessions import composition
+from subsessions.children import (
+    MAX_WAIT_SECONDS,
+    STATUS_OF,
+    Cancelled,
+    ChildInfo,
+    ChildState,
+    ChildStatus,
+    Done,
+    Failed,
+    Pending,
+    RunResult,
+    WaitResult,
+    checked_seconds,
+)
 from subsessions.config import SessionConfig, filter_tools
 from subsessions.errors import (
     ChildCancelled,
@@ -21,114 +35,15 @@ from subsessions.errors import (
     DepthLimitReached,
     InvalidArguments,
     SessionBusy,
-    SubsessionError,
     UnknownSession,
     UnknownSessionType,
 )
 from subsessions.profiles import Profile
-from subsessions.usage import Usage
 
 if TYPE_CHECKING:
     from subsessions.session import Session
 
-MAX_WAIT_SECONDS = 3600.0
 _spawn_ids = itertools.count(1)
-
-
-class ChildStatus(enum.Enum):
-    PENDING = "pending"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-@define
-class Pending:
-    task: asyncio.Task[str | None]
-
-
-@frozen
-class Done:
-    result: str | None
-
-
-@frozen
-class Failed:
-    error: str
-
-
-@frozen
-class Cancelled:
-    pass
-
-
-ChildState = Pending | Done | Failed | Cancelled
-_STATUS = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: ChildStatus.FAILED,
-           Cancelled: ChildStatus.CANCELLED}
-
-
-@frozen
-class ChildInfo:
-    """A snapshot of one child, for listings."""
-
-    session_id: str
-    session_type: str
-    status: ChildStatus
-    model: str
-    result: str | None
-    error: str | None
-    started_at: float
-    ended_at: float | None
-    rollout_path: str
-    usage: Usage
-    answering_model: str  # `model`, or the fallback that answered for it
-
-    @property
-    def duration_ms(self) -> int | None:
-        return None if self.ended_at is None else round((self.ended_at - self.started_at) * 1000)
-
-    def outcome(self) -> dict[str, Any]:
-        """The `{"status", "result"|"error"}` shape the wait tools report."""
-        if self.status is ChildStatus.DONE:
-            return {"status": "done", "result": self.result}
-        if self.status is ChildStatus.FAILED:
-            return {"status": "failed", "error": self.error}
-        if self.status is ChildStatus.CANCELLED:
-            return {"status": "cancelled", "error": "cancelled"}
-        return {"status": "pending"}
-
-
-@frozen
-class RunStep:
-    index: int
-    child: ChildInfo | None  # None when the step could not even be spawned
-    error: str | None = None  # why it could not be spawned
-
-    def outcome(self) -> dict[str, Any]:
-        if self.child is None:
-            return {"status": "failed", "error": self.error}
-        return {"session_id": self.child.session_id, "session_type": self.child.session_type,
-                **self.child.outcome()}
-
-
-@frozen
-class RunResult:
-    steps: list[RunStep]
-    timed_out: bool
-    failed_step: int | None  # chain: the step that stopped it
-
-    @property
-    def results(self) -> list[str | None]:
-        return [s.child.result if s.child else None for s in self.steps]
-
-
-@frozen
-class WaitResult:
-    """What `wait_any` / `wait_all` saw: every named child, and whether time ran out."""
-
-    children: dict[str, ChildInfo]
-    unknown: tuple[str, ...]
-    timed_out: bool
 
 
 class _Child:
@@ -157,7 +72,7 @@ class _Child:
         return ChildInfo(
             session_id=self.session.session_id,
             session_type=self.session.agent_name or "custom",
-            status=_STATUS[type(state)],
+            status=STATUS_OF[type(state)],
             model=self.session.model,
             result=state.result if isinstance(state, Done) else None,
             error=state.error if isinstance(state, Failed) else None,
@@ -186,7 +101,7 @@ class SubsessionManager:
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
         for child in self._children.values():
-            key = _STATUS[type(child.state)].value
+            key = STATUS_OF[type(child.state)].value
             counts[key] = counts.get(key, 0) + 1
         return f"<SubsessionManager of {self._session.session_id} {counts}>"
 
@@ -362,7 +277,7 @@ class SubsessionManager:
         return record
 
     def status(self, session_id: str) -> ChildStatus:
-        return _STATUS[type(self._lookup(session_id).state)]
+        return STATUS_OF[type(self._lookup(session_id).state)]
 
     def info(self, session_id: str) -> ChildInfo:
         return self._lookup(session_id).info()
@@ -391,7 +306,7 @@ class SubsessionManager:
     # -- waiting and cancelling -------------------------------------------------------------
     async def wait_child(self, session_id: str, timeout: float | None = None) -> str | None:
         """The child's last assistant message. `None` waits forever, `<= 0` does not wait."""
-        seconds = _seconds("wait_child", timeout)
+        seconds = checked_seconds("wait_child", timeout)
         label = 0 if seconds is None or seconds <= 0 else max(1, round(seconds * 1000))
         return await self._wait(session_id, seconds, label)
 
@@ -447,7 +362,7 @@ class SubsessionManager:
     ) -> WaitResult:
         if isinstance(session_ids, str) or not all(isinstance(i, str) for i in session_ids):
             raise InvalidArguments("wait_any/wait_all", "session_ids must be a list of ids")
-        seconds = _seconds("wait_any/wait_all", timeout)
+        seconds = checked_seconds("wait_any/wait_all", timeout)
         known = {i: self._children[i] for i in dict.fromkeys(session_ids) if i in self._children}
         unknown = tuple(i for i in dict.fromkeys(session_ids) if i not in self._children)
         records = list(known.values())
@@ -476,23 +391,7 @@ class SubsessionManager:
         *, call_id: str | None = None,
     ) -> RunResult:
         """Spawn every task at once; results in task order (pending ones on timeout)."""
-        _check_tasks("run_parallel", tasks)
-        _seconds("run_parallel", timeout)
-        ids: list[str | None] = []
-        errors: dict[int, str] = {}
-        for index, (profile, prompt) in enumerate(tasks):
-            try:
-                ids.append(await self.spawn_child(profile, prompt, call_id=_step(call_id, index)))
-            except SubsessionError as exc:  # e.g. the limit: that step fails, the rest run
-                ids.append(None)
-                errors[index] = str(exc)
-        started = [cid for cid in ids if cid is not None]
-        waited = await self.wait_all(started, timeout)
-        steps = [
-            RunStep(index, waited.children[cid] if cid else None, errors.get(index))
-            for index, cid in enumerate(ids)
-        ]
-        return RunResult(steps, waited.timed_out, None)
+        return await composition.run_parallel(self, tasks, timeout, call_id=call_id)
 
     async def run_chain(
         self, tasks: list[tuple[str | Profile, str]], timeout: float | None = None,
@@ -500,29 +399,7 @@ class SubsessionManager:
     ) -> RunResult:
         """Run tasks one after another, `{previous}` in a prompt being the last result;
         stop at the first step that does not complete."""
-        _check_tasks("run_chain", tasks)
-        seconds = _seconds("run_chain", timeout)
-        deadline = None if seconds is None else time.monotonic() + seconds
-        previous = ""
-        steps: list[RunStep] = []
-        for index, (profile, prompt) in enumerate(tasks):
-            try:
-                cid = await self.spawn_child(
-                    profile, prompt.replace("{previous}", previous), call_id=_step(call_id, index)
-                )
-            except SubsessionError as exc:
-                steps.append(RunStep(index, None, str(exc)))
-                return RunResult(steps, False, index)
-            left = None if deadline is None else deadline - time.monotonic()
-            waited = await self.wait_all([cid], max(left, 0.001) if left is not None else None)
-            info = waited.children[cid]
-            steps.append(RunStep(index, info, None))
-            if waited.timed_out:
-                return RunResult(steps, True, index)
-            if info.status is not ChildStatus.DONE:
-                return RunResult(steps, False, index)
-            previous = info.result or ""
-        return RunResult(steps, False, None)
+        return await composition.run_chain(self, tasks, timeout, call_id=call_id)
 
     def take_notices(self) -> list[ChildInfo]:
         """Children that ended unseen since the last call; each is returned once."""
@@ -553,24 +430,3 @@ class SubsessionManager:
             child.waited = True
         if pending:
             await asyncio.wait([child.finished for child in pending])
-
-
-def _step(call_id: str | None, index: int) -> str | None:
-    """The spawning call of one step of a run: its events nest under the run's tool call."""
-    return None if call_id is None else f"{call_id}:{index}"
-
-
-def _seconds(target: str, timeout: float | None) -> float | None:
-    """A caller's timeout in seconds, checked and clamped to an hour (None: no limit)."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout:
-        raise InvalidArguments(target, "timeout must be a number of seconds or None")
-    return min(timeout, MAX_WAIT_SECONDS)
-
-
-def _check_tasks(target: str, tasks: Any) -> None:
-    if isinstance(tasks, str | bytes) or not all(
-        isinstance(t, tuple | list) and len(t) == 2 and isinstance(t[1], str) for t in tasks
-    ):
-        raise InvalidArguments(target, "tasks must be a list of (profile, prompt) pairs")

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import evolve
 
+from subsessions.children import Cancelled, ChildState, Done, Failed
 from subsessions.config import SessionConfig
 from subsessions.errors import SessionBusy
-from subsessions.manager import Cancelled, ChildState, Done, Failed
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts import Rollout, find_rollout, list_rollouts, read_rollout

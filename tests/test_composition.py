@@ -43,8 +43,8 @@ from subsessions import (
     SessionConfig,
     Tool,
 )
+from subsessions.children import WaitResult
 from subsessions.ids import new_session_id
-from subsessions.manager import WaitResult
 from subsessions.rollouts.reader import Rollout, find_rollout
 from subsessions.usage import Usage
 

@@ -28,12 +28,12 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from subsessions._version import __version__
+from subsessions.children import ChildInfo, ChildStatus
 from subsessions.config import SessionConfig
 from subsessions.engine import Engine
 from subsessions.errors import EngineClosed, SubsessionError, UnknownSession
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.handlers.arguments import check_arguments
-from subsessions.manager import ChildInfo, ChildStatus
 from subsessions.mcp.transcript import render_transcript
 from subsessions.rollouts import find_rollout, read_rollout
 from subsessions.session import Session, error_text
