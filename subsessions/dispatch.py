@@ -22,7 +22,7 @@ from attrs import frozen
 
 from subsessions.config import Invocation, Tool
 from subsessions.errors import PermissionDenied, ToolNotSupported, UnknownSession
-from subsessions.events import emit
+from subsessions.events import emit, listening
 from subsessions.profiles import Profile
 
 if TYPE_CHECKING:
@@ -105,20 +105,25 @@ class Dispatcher:
             self.subagent_instances.setdefault(parent.session_id, {})[call_id] = (
                 SubagentInstance(agent.name, call_id, child.session_id, child.started_at)
             )
-        emit(parent, "subagent.started", {
-            "tool_call_id": call_id, "agent_name": agent.name,
-            "agent_display_name": agent.description or agent.name,
-            "remote_session_id": child.session_id,
-        })
+        if listening(parent):
+            emit(parent, "subagent.started", {
+                "tool_call_id": call_id, "agent_name": agent.name,
+                "agent_display_name": agent.description or agent.name,
+                "remote_session_id": child.session_id,
+            })
 
-    def child_ended(self, parent: Session, child: Session, data: dict[str, Any]) -> None:
+    def child_ended(
+        self, parent: Session, child: Session, data: Callable[[], dict[str, Any]]
+    ) -> None:
         """Only the instance record goes: late requests from the child still resolve."""
         with self._lock:
             instances = self.subagent_instances.get(parent.session_id)
             if instances is not None:
                 instances.pop(child.call_id or "", None)
-        kind = "subagent.completed" if "error" not in data else "subagent.failed"
-        emit(parent, kind, data)
+        if listening(parent):
+            payload = data()
+            emit(parent, "subagent.failed" if "error" in payload else "subagent.completed",
+                 payload)
 
     def resolve_session(self, session_id: str) -> tuple[Session, bool]:
         """The top-level session that answers for `session_id`, and whether it is a child."""

@@ -100,15 +100,22 @@ class EventHub:
             queue.put_nowait(event)
 
 
+def listening(session: Session) -> bool:
+    """Whether anyone would receive an event of `session` (it or an ancestor listens)."""
+    node: Session | None = session
+    while node is not None:
+        if node.events.listening:
+            return True
+        node = node.parent
+    return False
+
+
 def emit(session: Session, kind: str, data: dict[str, Any]) -> None:
     """Deliver an event in `session`, then forward it to each ancestor."""
-    node: Session | None = session
-    while node is not None and not node.events.listening:  # the common case: nobody listens
-        node = node.parent
-    if node is None:
+    if not listening(session):  # the common case: nothing is built at all
         return
     chain: list[Session] = []
-    node = session
+    node: Session | None = session
     while node is not None:
         chain.append(node)
         node = node.parent

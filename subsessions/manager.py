@@ -87,6 +87,9 @@ class _Child:
 class SubsessionManager:
     """The children of one session. Limits are counted over the root's whole tree."""
 
+    __slots__ = ("_child_configs", "_children", "_profiles", "_running_in_tree", "_session",
+                 "_specs", "_unnoticed", "spec_cache")
+
     def __init__(self, session: Session) -> None:
         self._session = session
         self._children: dict[str, _Child] = {}
@@ -252,22 +255,15 @@ class SubsessionManager:
         parent.recorder.event({"type": "background_event", "message": message})
         if parent.parent is not None and parent.wrote_end:
             parent.recorder.flush()  # an ended child flushes nothing more by itself
-        data: dict[str, Any] = {
-            "tool_call_id": child.call_id, "agent_name": child.agent_name,
-            "remote_session_id": child_id, "model": child.model,
-            "total_tokens": child.token_usage.total_tokens, "total_tool_calls": child.tool_calls,
-            "turns": child.turns, "duration_ms": round((record.ended_at - child.started_at) * 1000),
-        }
-        if not isinstance(outcome, Done):
-            data["error"] = outcome.error if isinstance(outcome, Failed) else "cancelled"
-            data["cancelled"] = isinstance(outcome, Cancelled)
         record.finished.set_result(None)
         if record.waiters:
             record.waited = True
         elif self._session.config.notify_on_child_end:
             self._unnoticed.append(record)
         child.events.close()
-        self._session.engine.dispatcher.child_ended(self._session, child, data)
+        self._session.engine.dispatcher.child_ended(
+            self._session, child, partial(_ending_data, record, outcome)
+        )
 
     # -- queries ----------------------------------------------------------------------------
     def _lookup(self, session_id: str) -> _Child:
@@ -430,3 +426,19 @@ class SubsessionManager:
             child.waited = True
         if pending:
             await asyncio.wait([child.finished for child in pending])
+
+
+def _ending_data(record: _Child, outcome: ChildState) -> dict[str, Any]:
+    """The `subagent.completed` / `subagent.failed` payload: built only for listeners."""
+    child = record.session
+    ended = record.ended_at or time.time()
+    data: dict[str, Any] = {
+        "tool_call_id": child.call_id, "agent_name": child.agent_name,
+        "remote_session_id": child.session_id, "model": child.model,
+        "total_tokens": child.token_usage.total_tokens, "total_tool_calls": child.tool_calls,
+        "turns": child.turns, "duration_ms": round((ended - child.started_at) * 1000),
+    }
+    if not isinstance(outcome, Done):
+        data["error"] = outcome.error if isinstance(outcome, Failed) else "cancelled"
+        data["cancelled"] = isinstance(outcome, Cancelled)
+    return data

@@ -38,7 +38,7 @@ from subsessions.items import (
 from subsessions.manager import SubsessionManager
 from subsessions.models.base import ModelRequest, TokenUsage
 from subsessions.profiles import Profile
-from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
+from subsessions.rollouts.recorder import RolloutRecorder, clock, rollout_path
 from subsessions.tools import BUILTIN_TOOL_NAMES, ToolContext, builtin_tools
 from subsessions.usage import Usage
 
@@ -220,7 +220,7 @@ class Session:
         self.wrote_meta = True
         payload: dict[str, Any] = {
             "id": self.session_id,
-            "timestamp": self.recorder_timestamp(),
+            "timestamp": clock.now(),
             "cwd": self.cwd,
             "originator": "subsessions",
             "cli_version": __version__,
@@ -235,9 +235,6 @@ class Session:
         if self.forked_from is not None:
             payload["forked_from_id"] = self.forked_from
         self.recorder.record("session_meta", payload)
-
-    def recorder_timestamp(self) -> str:
-        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(self.started_at)) + "Z"
 
     async def _run_task(self, prompt: str) -> str | None:
         self.write_meta()
@@ -389,9 +386,9 @@ class Session:
             self.recorder.record("response_item", message)
 
     def _count(self, usage: TokenUsage) -> None:
+        before = self.token_usage
         total = self.token_usage = TokenUsage(
-            input_tokens=self.token_usage.input_tokens + usage.input_tokens,
-            output_tokens=self.token_usage.output_tokens + usage.output_tokens,
+            before.input_tokens + usage.input_tokens, before.output_tokens + usage.output_tokens
         )
         info: dict[str, Any] = {
             "last_token_usage": usage.as_dict(), "total_token_usage": total.as_dict()

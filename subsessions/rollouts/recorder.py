@@ -185,8 +185,7 @@ def rollout_path(home: Path, session_id: str, started: float) -> str:
         stamps = (time.strftime("%Y/%m/%d", local), time.strftime("%Y-%m-%dT%H-%M-%S", local))
         _path_stamps.clear()
         _path_stamps[second] = stamps
-    name = f"rollout-{stamps[1]}-{session_id}.jsonl"
-    return os.path.join(home, "sessions", stamps[0], name)
+    return f"{home}/sessions/{stamps[0]}/rollout-{stamps[1]}-{session_id}.jsonl"
 
 
 class RolloutRecorder:
