@@ -14,6 +14,7 @@ from attrs import evolve
 
 from subsessions.config import SessionConfig, filter_tools
 from subsessions.dispatch import Dispatcher
+from subsessions.engine_registry import OPEN_IN_THIS_PROCESS
 from subsessions.errors import (
     ConfigError,
     EngineClosed,
@@ -148,6 +149,7 @@ class Engine:
             session.recorder.event({"type": "background_event",
                                     "message": f"MCP server {name} is unavailable: {problem}"})
         self._sessions[session.session_id] = session
+        OPEN_IN_THIS_PROCESS.add(session.session_id)
         self.dispatcher.register(session)
         await self.dispatcher.invoke_hook(session, "on_session_start", {"source": source})
         return session
@@ -179,6 +181,7 @@ class Engine:
             raise SessionBusy(session.session_id, "is already open in this engine")
         self._start_flusher()
         self._sessions[session.session_id] = session
+        OPEN_IN_THIS_PROCESS.add(session.session_id)
         self.dispatcher.register(session)
 
     async def _mcp_tools(self, config: SessionConfig) -> tuple[tuple[Any, ...], dict[str, str]]:
@@ -248,6 +251,7 @@ class Engine:
         await session.subsessions.abort_all_children()
         await self.dispatcher.invoke_hook(session, "on_session_end", {"reason": "destroy"})
         self.dispatcher.unregister(session_id)
+        OPEN_IN_THIS_PROCESS.discard(session_id)
         session.events.close()
         await session.recorder.flush_durable()
 
@@ -338,6 +342,7 @@ class Engine:
             await self.writer.aclose()
             for session in sessions:
                 session.events.close()
+                OPEN_IN_THIS_PROCESS.discard(session.session_id)
             self._sessions.clear()
             self.dispatcher.clear()
 

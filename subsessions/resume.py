@@ -17,6 +17,7 @@ from attrs import evolve
 
 from subsessions.children import Cancelled, ChildState, Done, Failed
 from subsessions.config import SessionConfig
+from subsessions.engine_registry import OPEN_IN_THIS_PROCESS
 from subsessions.errors import SessionBusy
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
@@ -25,6 +26,14 @@ from subsessions.rollouts import Rollout, find_rollout, list_rollouts, read_roll
 if TYPE_CHECKING:
     from subsessions.engine import Engine
     from subsessions.session import Session
+
+
+def _writer_pid(rollout: Rollout) -> object:
+    """The pid that wrote the last task (its turn_context), else the session's."""
+    for record in reversed(rollout.records):
+        if record["type"] == "turn_context" and "pid" in record["payload"]:
+            return record["payload"]["pid"]
+    return rollout.meta.get("pid")
 
 
 def _ends_torn(path: str) -> bool:
@@ -118,8 +127,14 @@ async def reopen(
 
     path = locate(engine.home, id_or_path)
     rollout = read_rollout(path)
-    if not fork and engine.get_session(rollout.session_id) is not None:
-        raise SessionBusy(rollout.session_id, "is already open in this engine")
+    if not fork:  # two writers would interleave one file
+        if engine.get_session(rollout.session_id) is not None:
+            raise SessionBusy(rollout.session_id, "is already open in this engine")
+        if rollout.session_id in OPEN_IN_THIS_PROCESS:
+            raise SessionBusy(rollout.session_id, "is open in another engine; fork it instead")
+        if rollout.status == "running" and _writer_pid(rollout) != os.getpid():
+            raise SessionBusy(rollout.session_id, "is still running in another process; "
+                              "fork it instead")
     config = _config(rollout, config)
     if fork:
         session = Session(engine, config, source="exec")

@@ -148,3 +148,61 @@ async def test_tool_definitions_follow_the_agents_allowlist(home: Path) -> None:
     ]
     assert [d["name"] for d in everything] == ["a", "b", "c"]
     assert (config.tools, agent.tools) == before
+
+
+async def test_a_session_running_elsewhere_is_not_resumed_but_can_be_forked(home: Path) -> None:
+    import asyncio
+
+    gate: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+    asked = asyncio.Event()
+
+    async def slow(request: subsessions.ModelRequest) -> list[str]:
+        asked.set()
+        return await gate
+
+    async with Engine(home, model_client=ScriptedModel(slow)) as first:
+        session = await first.create_session()
+        task = asyncio.ensure_future(session.send_and_wait("working"))
+        await asked.wait()
+        await session.recorder.flush_durable()  # the running task's head is in the file
+        async with Engine(home, model_client=ScriptedModel(["forked"])) as second:
+            with pytest.raises(subsessions.SessionBusy, match="open in another engine"):
+                await second.resume_session(session.session_id)
+            fork = await second.fork_session(session.session_id)
+            assert await fork.send_and_wait("go on") == "forked"
+        gate.set_result(["done"])
+        assert await task == "done"
+
+
+async def test_a_session_another_process_is_writing_is_not_resumed(home: Path) -> None:
+    import asyncio
+    import sys
+    import time
+
+    import orjson
+
+    from subsessions.ids import new_session_id
+
+    writer = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; "
+                                                  "time.sleep(30)")
+    try:
+        session_id = new_session_id()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time() + 1))
+        folder = home / "sessions" / "2026" / "01" / "01"
+        folder.mkdir(parents=True)
+        lines = [
+            {"timestamp": stamp, "type": "session_meta",
+             "payload": {"id": session_id, "timestamp": stamp, "source": "exec",
+                         "pid": writer.pid, "model": "m", "instructions": ""}},
+            {"timestamp": stamp, "type": "turn_context", "payload": {"pid": writer.pid}},
+            {"timestamp": stamp, "type": "event_msg", "payload": {"type": "task_started"}},
+        ]
+        path = folder / f"rollout-2026-01-01T00-00-00-{session_id}.jsonl"
+        path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+        async with Engine(home, model_client=ScriptedModel([])) as engine:
+            with pytest.raises(subsessions.SessionBusy, match="still running in another process"):
+                await engine.resume_session(session_id)
+        assert path.read_bytes().count(b"\n") == 3  # nothing was appended
+    finally:
+        writer.kill()
+        await writer.wait()
