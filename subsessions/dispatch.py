@@ -146,7 +146,7 @@ class Dispatcher:
     def agent_allows(self, session_id: str, tool_name: str) -> bool:
         with self._lock:
             agent = self.child_to_agent.get(session_id)
-        return agent is None or agent.tools is None or tool_name in agent.tools
+        return agent is None or agent.allows(tool_name)
 
     # -- requests ---------------------------------------------------------------------------
     async def call_tool(

@@ -38,6 +38,12 @@ def echo(value: str) -> str:
     return value if len(value) <= _MAX_ECHO else value[:_MAX_ECHO] + "…"
 
 
+def error_text(exc: BaseException) -> str:
+    """An exception as one line for a model or a rollout: its message, else its type."""
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
 class SubsessionError(Exception):
     """Base of every error this package raises on purpose."""
 

@@ -37,6 +37,7 @@ from subsessions.errors import (
     SessionBusy,
     UnknownSession,
     UnknownSessionType,
+    error_text,
 )
 from subsessions.profiles import Profile
 
@@ -175,7 +176,7 @@ class SubsessionManager:
                 "call_id": call_id,
             }
         }
-        context = parent.tool_context.for_child() if parent.tool_context else None
+        context = parent.child_tool_context()
         child = Session(engine, config, parent=parent, profile=chosen, call_id=call_id,
                         source=source, tool_context=context)
         task = engine.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
@@ -219,8 +220,6 @@ class SubsessionManager:
         if task.cancelled():
             outcome = Cancelled()
         elif (exc := task.exception()) is not None:
-            from subsessions.session import error_text
-
             outcome = Failed(error_text(exc))
         else:
             outcome = Done(task.result())

@@ -20,6 +20,7 @@ from subsessions.errors import (
     SessionBusy,
     SubsessionError,
     ToolNotSupported,
+    error_text,
 )
 from subsessions.events import EventHandler, EventHub, SessionEvent, emit
 from subsessions.handlers import ask_user
@@ -48,11 +49,6 @@ if TYPE_CHECKING:
 
 _PID = os.getpid()
 _CANCELLED: dict[str, Any] = {"type": "turn_aborted", "reason": "cancelled"}
-
-
-def error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return text if text else type(exc).__name__
 
 
 class Session:
@@ -92,6 +88,7 @@ class Session:
             engine.unwritten,
         )
         self.subsessions = SubsessionManager(self)
+        self._child_context: ToolContext | None = None
         self.tool_context = tool_context or self._own_tool_context()
         tools = config.tools
         if self.tool_context is not None and parent is None:
@@ -118,6 +115,12 @@ class Session:
     def agent_name(self) -> str | None:
         """The profile a child runs (None for a top-level session)."""
         return self.profile.name if self.profile is not None and self.parent else None
+
+    def child_tool_context(self) -> ToolContext | None:
+        """This session's workspace and policies as its children get them (built once)."""
+        if self._child_context is None and self.tool_context is not None:
+            self._child_context = self.tool_context.for_child()
+        return self._child_context
 
     def _own_tool_context(self) -> ToolContext | None:
         """A top-level session's workspace and policies, when it asked for built-in tools."""
@@ -166,9 +169,8 @@ class Session:
         return self._answering_model or self.model
 
     def allows(self, tool_name: str) -> bool:
-        """Whether this session's profile allowlist admits a tool (None admits all)."""
-        allowed = self.profile.tools if self.profile is not None else None
-        return allowed is None or tool_name in allowed
+        """Whether this session's profile allowlist admits a tool (no profile admits all)."""
+        return self.profile is None or self.profile.allows(tool_name)
 
     @property
     def offers_subsession_tools(self) -> bool:
@@ -445,9 +447,10 @@ class Session:
         model = self.model if profile.model == "inherit" else profile.model
         custom = [t for t in self.config.tools if t.name not in BUILTIN_TOOL_NAMES]
         builtins: tuple[Tool, ...] = ()
-        if self.tool_context is not None:
+        context = self.child_tool_context()
+        if context is not None:
             names = [t.name for t in self._tools.values() if t.name in BUILTIN_TOOL_NAMES]
-            builtins = builtin_tools(self.tool_context.for_child(), names)
+            builtins = builtin_tools(context, names)
         return SessionConfig(
             model=model,
             instructions=profile.developer_instructions,

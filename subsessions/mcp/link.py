@@ -25,8 +25,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from subsessions._version import __version__
+from subsessions.errors import error_text
 from subsessions.mcp.config import McpServerConfig
-from subsessions.session import error_text
 
 log = logging.getLogger("subsessions.mcp")
 

@@ -59,6 +59,10 @@ class Profile:
         if self.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
 
+    def allows(self, tool_name: str) -> bool:
+        """Whether the allowlist admits a tool: `None` all, `()` none, a list only those."""
+        return self.tools is None or tool_name in self.tools
+
     def child_view(self) -> Profile:
         """What may reach a model when this profile runs as a child."""
         return Profile(
