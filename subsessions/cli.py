@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
@@ -163,13 +165,34 @@ def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
     return 0
 
 
-def _ask_on_terminal(request: dict[str, object]) -> str:
-    """The top-level session's approvals, asked on the terminal when there is one."""
+async def _ask_on_terminal(request: dict[str, object]) -> str:
+    """The top-level session's approvals, asked on the terminal when there is one.
+
+    The question waits on a daemon thread, so children keep running meanwhile and a
+    Ctrl-C is never held up by an unanswered prompt.
+    """
     if not sys.stdin.isatty():
         return "denied-no-approval-rule-and-could-not-request-from-user"
     what = request.get("command") or request.get("paths") or request.get("tool_name")
     reason = request.get("justification") or request.get("reason") or ""
-    answer = input(f"subsessions: allow {request.get('kind')} {what} ({reason})? [y/N] ")
+    question = f"subsessions: allow {request.get('kind')} {what} ({reason})? [y/N] "
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[str] = loop.create_future()
+
+    def settle(text: str) -> None:
+        if not answered.done():
+            answered.set_result(text)
+
+    def ask() -> None:
+        try:
+            text = input(question)
+        except EOFError:
+            text = ""
+        with contextlib.suppress(RuntimeError):  # the loop ended first: nobody waits any more
+            loop.call_soon_threadsafe(settle, text)
+
+    threading.Thread(target=ask, name="subsessions-approval", daemon=True).start()
+    answer = await answered
     return "approved" if answer.strip().lower() in ("y", "yes") else "denied-interactively-by-user"
 
 
