@@ -86,6 +86,14 @@ RESERVED_TOOL_NAMES = frozenset({
 BUILTIN_TOOL_NAMES = ("shell", "apply_patch", "read_file", "list_dir")
 
 
+def _at_least_one(name: str) -> Callable[[Any, Any, int], None]:
+    def check(_instance: Any, _attribute: Any, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer of at least 1, not {value!r}")
+
+    return check
+
+
 def _non_negative(name: str) -> Callable[[Any, Any, int], None]:
     def check(_instance: Any, _attribute: Any, value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -118,7 +126,7 @@ class SessionConfig:
     cwd: str | None = field(default=None, converter=_path_or_none)
     max_depth: int = field(default=2, validator=_non_negative("max_depth"))
     max_children: int = field(default=8, validator=_non_negative("max_children"))
-    max_turns: int = field(default=24, validator=_non_negative("max_turns"))
+    max_turns: int = field(default=24, validator=_at_least_one("max_turns"))
     notify_on_child_end: bool = True  # tell the model of children that ended unwaited
     # shell / apply_patch / read_file / list_dir: True for all, or a tuple of their names
     builtin_tools: bool | tuple[str, ...] = False

@@ -14,7 +14,6 @@ from attrs import evolve
 
 from subsessions.config import SessionConfig, filter_tools
 from subsessions.dispatch import Dispatcher
-from subsessions.engine_registry import OPEN_IN_THIS_PROCESS
 from subsessions.errors import (
     ConfigError,
     EngineClosed,
@@ -29,6 +28,8 @@ from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
 from subsessions.session import Session
 
 T = TypeVar("T")
+# The top-level sessions open in any engine of this process, so none is resumed twice.
+OPEN_IN_THIS_PROCESS: set[str] = set()
 FLUSH_SECONDS = 0.1
 HOOK_SECONDS = 5.0  # how long close waits for the hosts' on_session_end hooks
 DRAIN_SECONDS = 10.0  # how long close waits for tasks before cancelling what is left

@@ -17,7 +17,6 @@ from attrs import evolve
 
 from subsessions.children import Cancelled, ChildState, Done, Failed
 from subsessions.config import SessionConfig
-from subsessions.engine_registry import OPEN_IN_THIS_PROCESS
 from subsessions.errors import SessionBusy
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
@@ -123,6 +122,7 @@ async def reopen(
     config: SessionConfig | None = None,
 ) -> Session:
     """The session of a rollout, registered as a top-level session of `engine`."""
+    from subsessions.engine import OPEN_IN_THIS_PROCESS
     from subsessions.session import Session
 
     path = locate(engine.home, id_or_path)

@@ -54,6 +54,7 @@ def test_importing_the_package_does_not_import_the_optional_sdks() -> None:
         ({"model": 5}, "model has the wrong type"),
         ({"max_depth": -1}, "max_depth must be a non-negative integer"),
         ({"max_children": True}, "max_children must be a non-negative integer"),
+        ({"max_turns": 0}, "max_turns must be an integer of at least 1"),
         ({"tools": [Tool("create_session", "mine")]}, "'create_session' is the engine's own"),
         ({"tools": [Tool("shell", "mine")], "builtin_tools": True}, "'shell' is the engine's"),
         ({"tools": [Tool("a", "1"), Tool("a", "2")]}, "tool names must be unique"),
