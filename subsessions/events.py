@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
-from subsessions.rollouts.recorder import clock
+from subsessions.clock import clock
 
 if TYPE_CHECKING:
     from subsessions.session import Session

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from subsessions._version import __version__
+from subsessions.clock import clock
 from subsessions.config import SessionConfig, Tool, filter_tools
 from subsessions.errors import (
     InvalidArguments,
@@ -25,7 +26,6 @@ from subsessions.errors import (
 from subsessions.events import EventHandler, EventHub, SessionEvent, emit
 from subsessions.handlers import ask_user
 from subsessions.handlers import subsessions as subsession_tools
-from subsessions.handlers.arguments import check_arguments, parse_arguments
 from subsessions.ids import new_session_id
 from subsessions.items import (
     Item,
@@ -39,8 +39,9 @@ from subsessions.items import (
 from subsessions.manager import SubsessionManager
 from subsessions.models.base import ModelRequest, TokenUsage
 from subsessions.profiles import Profile
-from subsessions.rollouts.recorder import RolloutRecorder, clock, rollout_path
+from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
 from subsessions.tools import BUILTIN_TOOL_NAMES, ToolContext, builtin_tools
+from subsessions.tools.schema import check_arguments, parse_arguments
 from subsessions.usage import Usage
 
 if TYPE_CHECKING:

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
-from subsessions.handlers.arguments import check_arguments, parse_arguments
 from subsessions.ids import id_problem
 from subsessions.profiles import Profile
+from subsessions.tools.schema import check_arguments, parse_arguments
 
 if TYPE_CHECKING:
     from subsessions.session import Session
@@ -129,18 +129,6 @@ def tool_specs(profiles: Mapping[str, Profile]) -> tuple[dict[str, Any], ...]:
         for name in _ORDER
     )
     return (create, *others)
-
-
-def to_chat_tool(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A Responses-format function definition in the Chat Completions format."""
-    return {
-        "type": "function",
-        "function": {
-            "name": spec["name"],
-            "description": spec.get("description", ""),
-            "parameters": spec.get("parameters", {}),
-        },
-    }
 
 
 def _session_id(tool: str, arguments: dict[str, Any]) -> str:

@@ -33,11 +33,11 @@ from subsessions.config import SessionConfig
 from subsessions.engine import Engine
 from subsessions.errors import EngineClosed, SubsessionError, UnknownSession, error_text
 from subsessions.handlers import subsessions as subsession_tools
-from subsessions.handlers.arguments import check_arguments
 from subsessions.mcp.transcript import render_transcript
 from subsessions.rollouts import find_rollout, read_rollout
 from subsessions.session import Session
 from subsessions.settings import Settings
+from subsessions.tools.schema import check_arguments
 
 log = logging.getLogger("subsessions.mcp")
 

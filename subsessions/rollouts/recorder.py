@@ -22,31 +22,10 @@ from typing import Any
 
 import orjson
 
+from subsessions.clock import clock
 from subsessions.errors import RolloutError
 
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-
-
-class _Clock:
-    """UTC timestamps with millisecond precision, formatted once a millisecond."""
-
-    __slots__ = ("_milli", "_stamp")
-
-    def __init__(self) -> None:
-        self._milli = -1
-        self._stamp = ""
-
-    def now(self) -> str:
-        milli = int(time.time() * 1000)
-        if milli != self._milli:
-            second, rest = divmod(milli, 1000)
-            prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._milli = milli
-            self._stamp = f"{prefix}.{rest:03d}Z"
-        return self._stamp
-
-
-clock = _Clock()
 
 # Called on the event loop once a chunk is in its file (None) or could not be written.
 Written = Callable[[RolloutError | None], None]

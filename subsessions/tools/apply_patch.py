@@ -19,7 +19,6 @@ from typing import Any
 
 from attrs import define, frozen
 
-from subsessions.handlers.arguments import check_arguments
 from subsessions.tools import sandbox
 from subsessions.tools.approval import approve_patch
 from subsessions.tools.context import ToolContext
@@ -32,6 +31,7 @@ from subsessions.tools.patch import (
     apply_hunks,
     parse_patch,
 )
+from subsessions.tools.schema import check_arguments
 
 NAME = "apply_patch"
 FORMAT = """\
