@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from typing import Any
+import time
+from typing import Any, Generic, Protocol, TypeVar
 
-from attrs import define, frozen
+from attrs import define, field, frozen
 
 from subsessions.errors import InvalidArguments
 from subsessions.usage import Usage
@@ -16,9 +17,15 @@ MAX_WAIT_SECONDS = 3600.0
 
 class ChildStatus(enum.Enum):
     PENDING = "pending"
+    CANCELLING = "cancelling"  # a cancel was delivered; the child is ending its own work
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+    @property
+    def running(self) -> bool:
+        """Not ended yet (pending or cancelling)."""
+        return self in (ChildStatus.PENDING, ChildStatus.CANCELLING)
 
 
 @define
@@ -42,6 +49,7 @@ class Cancelled:
 
 
 ChildState = Pending | Done | Failed | Cancelled
+Ending = Done | Failed | Cancelled
 STATUS_OF = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: ChildStatus.FAILED,
            Cancelled: ChildStatus.CANCELLED}
 
@@ -74,7 +82,104 @@ class ChildInfo:
             return {"status": "failed", "error": self.error}
         if self.status is ChildStatus.CANCELLED:
             return {"status": "cancelled", "error": "cancelled"}
-        return {"status": "pending"}
+        return {"status": self.status.value}
+
+
+class ChildSession(Protocol):
+    """What a child record needs of the session it tracks."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def agent_name(self) -> str | None: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def rollout_path(self) -> str: ...
+    @property
+    def answering_model(self) -> str: ...
+    @property
+    def started(self) -> bool: ...  # its task has run its first line
+
+    def usage(self, include_children: bool = False) -> Usage: ...
+    def cancel_at_first_step(self) -> None: ...
+
+
+S = TypeVar("S", bound=ChildSession)
+
+
+@define(eq=False, repr=False)
+class ChildRecord(Generic[S]):
+    """One child as its parent knows it. `settle` is the one terminal transition.
+
+    The status is derived from the state alone (plus the cancel flag while pending);
+    `finished` resolves at the settle, so waiters and the state never disagree.
+    """
+
+    session: S
+    _state: ChildState
+    ended_at: float | None = None
+    waiters: int = 0  # waits in progress: an ending they see needs no notice
+    waited: bool = False  # the parent has been told how this child ended
+    _cancel_requested: bool = field(default=False, init=False)
+    finished: asyncio.Future[None] = field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.finished = asyncio.get_running_loop().create_future()
+        if not isinstance(self._state, Pending):
+            self.finished.set_result(None)
+
+    def __repr__(self) -> str:
+        return f"<ChildRecord {self.session.session_id} {self.status.value}>"
+
+    @property
+    def state(self) -> ChildState:
+        return self._state
+
+    @property
+    def status(self) -> ChildStatus:
+        if isinstance(self._state, Pending) and self._cancel_requested:
+            return ChildStatus.CANCELLING
+        return STATUS_OF[type(self._state)]
+
+    def cancel(self) -> None:
+        """Deliver a cancel once (a second would interrupt the child's own clean-up). A
+        child that has not run its first line yet is told to end there, so its own
+        `finally` still writes its ending."""
+        if not isinstance(self._state, Pending) or self._cancel_requested:
+            return
+        self._cancel_requested = True
+        if self.session.started:
+            self._state.task.cancel()
+        else:
+            self.session.cancel_at_first_step()
+
+    def settle(self, outcome: Ending) -> None:
+        """The child's one ending; a second raises (exactly one ending per child)."""
+        if not isinstance(self._state, Pending):
+            raise RuntimeError(f"child {self.session.session_id} has ended already")
+        self._state = outcome
+        self.ended_at = time.time()
+        self.finished.set_result(None)
+
+    def info(self) -> ChildInfo:
+        state = self._state
+        session = self.session
+        return ChildInfo(
+            session_id=session.session_id,
+            session_type=session.agent_name or "custom",
+            status=self.status,
+            model=session.model,
+            result=state.result if isinstance(state, Done) else None,
+            error=state.error if isinstance(state, Failed) else None,
+            started_at=session.started_at,
+            ended_at=self.ended_at,
+            rollout_path=session.rollout_path,
+            usage=session.usage(),
+            answering_model=session.answering_model,
+        )
 
 
 @frozen

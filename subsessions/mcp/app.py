@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from subsessions._version import __version__
-from subsessions.children import ChildInfo, ChildStatus
+from subsessions.children import ChildInfo
 from subsessions.config import SessionConfig
 from subsessions.engine import Engine
 from subsessions.errors import EngineClosed, SubsessionError, UnknownSession, error_text
@@ -37,6 +37,7 @@ from subsessions.mcp.transcript import render_transcript
 from subsessions.rollouts import find_rollout, read_rollout
 from subsessions.session import Session
 from subsessions.settings import Settings
+from subsessions.specs import tool_specs
 from subsessions.tools.schema import check_arguments
 
 log = logging.getLogger("subsessions.mcp")
@@ -164,7 +165,7 @@ async def _report_progress(ctx: Context, session: Session, ids: list[str]) -> No
                 infos.append(manager.info(child_id))
             except UnknownSession:
                 continue
-        ended = sum(1 for i in infos if i.status is not ChildStatus.PENDING)
+        ended = sum(1 for i in infos if not i.status.running)
         progress = float(sum(i.usage.turns for i in infos) + ended)
         if infos and progress > sent:
             sent = progress
@@ -225,7 +226,7 @@ class SubsessionsMcp:
     def tool_definitions(self) -> list[types.Tool]:
         profiles = {name: self.engine.profiles[name].profile
                     for name in sorted(self.engine.profiles)}
-        specs = {s["name"]: s for s in subsession_tools.tool_specs(profiles)}
+        specs = {s["name"]: s for s in tool_specs(profiles)}
         tools = [
             types.Tool(name=name, description=specs[name]["description"],
                        input_schema=specs[name]["parameters"])
@@ -255,7 +256,7 @@ class SubsessionsMcp:
                 entries = [_child_entry(info) for info in session.subsessions.children()]
                 return _text_result(orjson.dumps({"sessions": entries}).decode())
             raw = orjson.dumps(arguments).decode()
-            work = subsession_tools.call(session, name, raw, f"mcp_{ctx.request_id}")
+            work = subsession_tools.call(session.subsessions, name, raw, f"mcp_{ctx.request_id}")
             try:
                 if name in ("wait_session", "wait_sessions") and _wants_progress(ctx):
                     ids = _awaited_ids(name, arguments)
