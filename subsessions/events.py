@@ -56,7 +56,7 @@ class EventStream:
 
     It answers for the session (deferred tools wait for it) only once iterated: a stream
     nobody reads can answer nothing. It leaves the hub when it ends, on `aclose()`, or as
-    soon as it is dropped, so a forgotten stream is never a listener.
+    soon as it is dropped (no event loop pass needed), so a forgotten one costs nothing.
     """
 
     __slots__ = ("__weakref__", "_leave", "_subscriber")
@@ -65,6 +65,7 @@ class EventStream:
         self._subscriber = subscriber = _Subscriber()
         hub.subscribe(subscriber)
         self._leave = weakref.finalize(self, hub.unsubscribe, subscriber)
+        self._leave.atexit = False  # at exit no loop is left to wake a reader on
 
     def __aiter__(self) -> EventStream:
         return self

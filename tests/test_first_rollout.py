@@ -18,7 +18,7 @@ pytest.importorskip("mcp")
 from fake_openai import FakeOpenAI, fake_openai
 from mcp_support import Children, connect, create, error, ok
 
-from subsessions import Engine, ScriptedModel, SessionConfig
+from subsessions import Engine, ScriptedModel
 from subsessions.rollouts import list_rollouts, rollout_files
 
 __all__ = ["fake_openai"]
