@@ -121,8 +121,11 @@ class SubsessionManager:
 
     def tool_definitions(self, agent: str | Profile) -> list[dict[str, Any]]:
         """The definitions (name, description, parameters) of this session's tools that an
-        agent's allowlist admits, in allowlist order: what that agent's model is told."""
+        agent's allowlist admits, in allowlist order: what that agent's model is told.
+        Nothing for an agent without an allowlist: it sees the session's whole list anyway."""
         profile = self._child_config(agent)[0]
+        if profile.tools is None:
+            return []
         return [
             {"name": t.name, "description": t.description, "parameters": t.parameters}
             for t in filter_tools(self._session.tools(), profile.tools)
@@ -177,6 +180,8 @@ class SubsessionManager:
             }
         }
         context = parent.child_tool_context()
+        if parent.parent is None:  # a top-level rollout starts with its first task or child
+            parent.write_meta()
         child = Session(engine, config, parent=parent, profile=chosen, call_id=call_id,
                         source=source, tool_context=context)
         task = engine.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
@@ -263,6 +268,7 @@ class SubsessionManager:
         self._session.engine.dispatcher.child_ended(
             self._session, child, partial(_ending_data, record, outcome)
         )
+        child.release()  # its ending is on disk: what the API reports stays, the history goes
 
     # -- queries ----------------------------------------------------------------------------
     def _lookup(self, session_id: str) -> _Child:
@@ -283,6 +289,7 @@ class SubsessionManager:
 
     def adopt_ended(self, child: Session, state: ChildState, ended_at: float | None) -> None:
         """Know a child that ended in an earlier run (resume): it can be waited for."""
+        child.release()  # run again, it reloads its history from its rollout
         record = _Child(child, state)
         record.ended_at = ended_at
         self._children[child.session_id] = record

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from subsessions.errors import (
     ToolNotSupported,
     error_text,
 )
-from subsessions.events import EventHandler, EventHub, SessionEvent, emit
+from subsessions.events import EventHandler, EventHub, EventStream, emit
 from subsessions.handlers import ask_user
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.handlers.arguments import check_arguments, parse_arguments
@@ -39,6 +39,7 @@ from subsessions.items import (
 from subsessions.manager import SubsessionManager
 from subsessions.models.base import ModelRequest, TokenUsage
 from subsessions.profiles import Profile
+from subsessions.rollouts.reader import read_rollout
 from subsessions.rollouts.recorder import RolloutRecorder, clock, rollout_path
 from subsessions.tools import BUILTIN_TOOL_NAMES, ToolContext, builtin_tools
 from subsessions.usage import Usage
@@ -98,9 +99,11 @@ class Session:
         self._specs: tuple[dict[str, Any], ...] | None = None
         self._answering_model: str | None = None
         self.wrote_meta = resumed is not None  # a resumed rollout keeps its first session_meta
+        self._notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
         self.forked_from: str | None = None
         self.resume_report: str | None = None  # what resuming or forking read and skipped
         self.wrote_task = False
+        self.released = False  # ended child: history and tools dropped, its rollout has them
         self.wrote_end = False
         self.started_task = False  # a terminal record is in the buffer or on disk
         self.events = EventHub()
@@ -137,8 +140,9 @@ class Session:
         """Call `handler` with each event of this session and its descendants."""
         return self.events.on(handler)
 
-    def event_stream(self) -> AsyncIterator[SessionEvent]:
-        """This session's events (its descendants' included) from now until it closes."""
+    def event_stream(self) -> EventStream:
+        """This session's events (its descendants' included) from now until it closes.
+        Only a stream being read can answer deferred tools; drop it or `aclose()` it to stop."""
         return self.events.stream()
 
     def handle_pending_tool_call(
@@ -189,7 +193,7 @@ class Session:
             self._specs = cached[1]
             return self._specs
         specs = tuple(t.spec() for t in self._tools.values())
-        if self.root.config.user_input_handler is not None and self.allows(ask_user.NAME):
+        if self.root.config.user_input_handler is not None:  # never gated by the allowlist
             specs += (ask_user.SPEC,)
         if self.offers_subsession_tools:
             specs += tuple(
@@ -210,11 +214,29 @@ class Session:
             raise SessionBusy(self.session_id)
         self._busy = True
         try:
+            if self.released:
+                self._reload()
             return await self._run_task(prompt)
         finally:
             self._busy = False
             if self.parent is None:  # a child's flush is awaited by its manager instead
                 await self.recorder.flush_durable()
+
+    def release(self) -> None:
+        """Drop what only a task needs (history, tools) once a child has ended and its rollout
+        is written: a long-lived parent of many children must not hold every transcript."""
+        self.history = []
+        self._tools = {}
+        self._specs = None
+        self._child_context = None
+        self.released = True
+
+    def _reload(self) -> None:
+        """Before a released child runs again: its history from its rollout, its tools from
+        its config (a child's tools are all there)."""
+        self.history = read_rollout(self.recorder.path).response_items()
+        self._tools = {t.name: t for t in self.config.tools}
+        self.released = False
 
     def write_meta(self) -> None:
         if self.wrote_meta:
@@ -237,6 +259,17 @@ class Session:
         if self.forked_from is not None:
             payload["forked_from_id"] = self.forked_from
         self.recorder.record("session_meta", payload)
+        for note in self._notes:
+            self.recorder.event(note)
+        self._notes = ()
+
+    def note(self, message: str) -> None:
+        """A background event for the rollout, kept until its session_meta comes first."""
+        event = {"type": "background_event", "message": message}
+        if self.wrote_meta:
+            self.recorder.event(event)
+        else:
+            self._notes += (event,)
 
     async def _run_task(self, prompt: str) -> str | None:
         self.write_meta()
@@ -422,7 +455,7 @@ class Session:
         if tool is None:
             if name in subsession_tools.NAMES and self.allows(name):
                 builtin = partial(self._subsession_tool, name, call_id)
-            elif name == ask_user.NAME and self.allows(name):
+            elif name == ask_user.NAME:  # the root's handler decides, whatever the allowlist
                 builtin = self._ask_user
             else:  # denied by the allowlist, or never offered: no handler runs
                 raise ToolNotSupported(name)

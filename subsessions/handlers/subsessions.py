@@ -9,7 +9,6 @@ import orjson
 
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
 from subsessions.handlers.arguments import check_arguments, parse_arguments
-from subsessions.ids import id_problem
 from subsessions.profiles import Profile
 
 if TYPE_CHECKING:
@@ -143,14 +142,6 @@ def to_chat_tool(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _session_id(tool: str, arguments: dict[str, Any]) -> str:
-    session_id: str = arguments["session_id"]
-    problem = id_problem(session_id)
-    if problem is not None:
-        raise InvalidArguments(tool, problem)
-    return session_id
-
-
 def _dump(value: Any) -> str:
     return orjson.dumps(value).decode()
 
@@ -188,7 +179,7 @@ async def call_parsed(
         ])
     if name == "wait_sessions":
         return await _wait_sessions(session, arguments)
-    session_id = _session_id(name, arguments)
+    session_id: str = arguments["session_id"]  # any id not of a child: `unknown session`
     if name == "wait_session":
         timeout_ms = min(int(arguments["timeout_ms"]), MAX_TIMEOUT_MS)
         return _dump({"result": await manager.wait_child_ms(session_id, timeout_ms)})
@@ -206,8 +197,6 @@ async def _wait_sessions(session: Session, arguments: dict[str, Any]) -> str:
     ids: list[str] = arguments["session_ids"]
     if not ids:
         raise InvalidArguments("wait_sessions", "session_ids must not be empty")
-    for session_id in ids:
-        _session_id("wait_sessions", {"session_id": session_id})
     manager = session.subsessions
     seconds = _timeout_seconds(arguments)
     if arguments["mode"] == "any":
