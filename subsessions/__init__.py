@@ -29,7 +29,7 @@ from subsessions.errors import (
     UnknownSession,
     UnknownSessionType,
 )
-from subsessions.events import SessionEvent
+from subsessions.events import EventStream, SessionEvent
 from subsessions.manager import SubsessionManager
 from subsessions.models import ModelClient, ModelRequest, ModelResponse, ScriptedModel, TokenUsage
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
@@ -50,6 +50,7 @@ __all__ = [
     "DepthLimitReached",
     "Engine",
     "EngineClosed",
+    "EventStream",
     "Hooks",
     "InvalidArguments",
     "Invocation",

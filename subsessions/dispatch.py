@@ -20,7 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import orjson
 from attrs import frozen
 
-from subsessions.config import Invocation, SessionConfig, Tool
+from subsessions.config import ASK_USER, Invocation, SessionConfig, Tool
 from subsessions.errors import PermissionDenied, ToolNotSupported, UnknownSession
 from subsessions.events import EventHub, emit, listening
 from subsessions.profiles import Profile
@@ -51,6 +51,9 @@ class Caller(Protocol):
 
 
 H = TypeVar("H", bound=Caller)
+# Requests the allowlist never gates (3.6): user input goes to the root's handler whatever
+# tools an agent may use.
+UNGATED = frozenset({ASK_USER})
 
 
 @frozen
@@ -173,7 +176,8 @@ class Dispatcher(Generic[H]):
         """
         root, is_child = self.resolve_session(caller.session_id)
         known = tool is not None or builtin is not None
-        if not known or (is_child and not self.agent_allows(caller.session_id, name)):
+        gated = is_child and name not in UNGATED
+        if not known or (gated and not self.agent_allows(caller.session_id, name)):
             raise ToolNotSupported(name)
         hooks = root.config.hooks
         base: dict[str, Any] = {}
@@ -256,7 +260,7 @@ class Dispatcher(Generic[H]):
     async def _deferred(
         self, root: Caller, caller: Caller, name: str, arguments: dict[str, Any], call_id: str
     ) -> str:
-        if not root.events.listening:
+        if not root.events.answering:
             raise ToolNotSupported(name)  # nobody could ever answer: do not wait forever
         request_id = f"req_{next(self._request_ids)}"
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -297,6 +301,8 @@ def _settle(future: asyncio.Future[str], text: str | None, error: str | None) ->
 def _as_text(name: str, value: Any) -> str:
     if isinstance(value, str):
         return value
+    if value is None:  # a handler that returns nothing gives the model nothing (DESIGN 3.6)
+        return ""
     try:
         return orjson.dumps(value).decode()
     except TypeError as exc:

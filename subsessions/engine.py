@@ -181,11 +181,11 @@ class Engine:
             chosen = resolve_profile(profile, known)
             config = derive_config(config, chosen)
         self.check_open()  # closing may have started while the MCP servers started
+        # No rollout yet: it starts with the first task or child, so a session that never
+        # does anything (an MCP connection that only looked) leaves no empty file behind.
         session = Session(self._runtime, config, source=source, profile=chosen)
-        session.write_meta()
         for name, problem in mcp_errors.items():
-            session.recorder.event({"type": "background_event",
-                                    "message": f"MCP server {name} is unavailable: {problem}"})
+            session.note(f"MCP server {name} is unavailable: {problem}")
         self._sessions[session.session_id] = session
         OPEN_IN_THIS_PROCESS.add(session.session_id)
         self.dispatcher.register(session)

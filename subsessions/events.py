@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from attrs import define, field, frozen
@@ -38,6 +39,50 @@ class SessionEvent:
                 "type": self.type, "data": self.data, "session_id": self.session_id}
 
 
+class _Subscriber:
+    """What the hub holds of a stream: never the stream itself, so a dropped one is freed."""
+
+    __slots__ = ("queue", "reading")
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[SessionEvent | None] = asyncio.Queue()
+        self.reading = False  # iterated at least once: someone is there to answer
+
+
+class EventStream:
+    """One subscriber's events, from the moment it was taken until the session closes.
+
+    It answers for the session (deferred tools wait for it) only once iterated: a stream
+    nobody reads can answer nothing. It leaves the hub when it ends, on `aclose()`, or as
+    soon as it is dropped (no event loop pass needed), so a forgotten one costs nothing.
+    """
+
+    __slots__ = ("__weakref__", "_leave", "_subscriber")
+
+    def __init__(self, hub: EventHub) -> None:
+        self._subscriber = subscriber = _Subscriber()
+        hub.subscribe(subscriber)
+        self._leave = weakref.finalize(self, hub.unsubscribe, subscriber)
+        self._leave.atexit = False  # at exit no loop is left to wake a reader on
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> SessionEvent:
+        if not self._leave.alive:
+            raise StopAsyncIteration
+        self._subscriber.reading = True
+        event = await self._subscriber.queue.get()
+        if event is None:
+            self._leave()
+            raise StopAsyncIteration
+        return event
+
+    async def aclose(self) -> None:
+        """Stop listening; a reader waiting on this stream ends too."""
+        self._leave()
+
+
 @define(eq=False)
 class EventHub:
     """One session's listeners (callbacks and async subscribers), chained to its parent's hub."""
@@ -46,13 +91,19 @@ class EventHub:
     parent: EventHub | None = None
     call_id: str | None = None  # the call that spawned this hub's session
     _handlers: list[EventHandler] = field(factory=list, init=False)
-    _queues: list[asyncio.Queue[SessionEvent | None]] = field(factory=list, init=False)
+    _subscribers: list[_Subscriber] = field(factory=list, init=False)
     _last_id: str | None = field(default=None, init=False)
     _closed: bool = field(default=False, init=False)
 
     @property
     def listening(self) -> bool:
-        return bool(self._handlers or self._queues)
+        """Whether an event would reach anyone (a stream not read yet keeps it for later)."""
+        return bool(self._handlers or self._subscribers)
+
+    @property
+    def answering(self) -> bool:
+        """Whether anyone could answer a request: a callback, or a stream being read."""
+        return bool(self._handlers) or any(s.reading for s in self._subscribers)
 
     def on(self, handler: EventHandler) -> Callable[[], None]:
         """Call `handler` with every event; returns the function that unsubscribes it."""
@@ -64,30 +115,26 @@ class EventHub:
 
         return off
 
-    def stream(self) -> AsyncIterator[SessionEvent]:
+    def stream(self) -> EventStream:
         """Every event from this call on, until the session is closed."""
-        queue: asyncio.Queue[SessionEvent | None] = asyncio.Queue()
-        if self._closed:
-            queue.put_nowait(None)
-        else:
-            self._queues.append(queue)
-        return self._drain(queue)
+        return EventStream(self)
 
-    async def _drain(
-        self, queue: asyncio.Queue[SessionEvent | None]
-    ) -> AsyncIterator[SessionEvent]:
-        try:
-            while (event := await queue.get()) is not None:
-                yield event
-        finally:
-            if queue in self._queues:
-                self._queues.remove(queue)
+    def subscribe(self, subscriber: _Subscriber) -> None:
+        if self._closed:
+            subscriber.queue.put_nowait(None)
+        else:
+            self._subscribers.append(subscriber)
+
+    def unsubscribe(self, subscriber: _Subscriber) -> None:
+        if subscriber in self._subscribers:
+            self._subscribers.remove(subscriber)
+        subscriber.queue.put_nowait(None)  # wakes a reader still waiting on it
 
     def close(self) -> None:
         self._closed = True
-        for queue in self._queues:
-            queue.put_nowait(None)
-        self._queues.clear()
+        for subscriber in self._subscribers:
+            subscriber.queue.put_nowait(None)
+        self._subscribers.clear()
 
     def deliver(self, event: SessionEvent) -> None:
         for handler in list(self._handlers):
@@ -95,8 +142,8 @@ class EventHub:
                 handler(event)
             except Exception:
                 log.exception("event handler failed on %s", event.type)
-        for queue in self._queues:
-            queue.put_nowait(event)
+        for subscriber in self._subscribers:
+            subscriber.queue.put_nowait(event)
 
     def next_id(self) -> tuple[str, str | None]:
         """A new event id and the previous one of this hub (the new event's `parent_id`)."""

@@ -87,6 +87,8 @@ class Member(Caller, Protocol):
     def tools(self) -> tuple[Tool, ...]: ...
     def usage(self, include_children: bool = False) -> Usage: ...
     def cancel_at_first_step(self) -> None: ...
+    def write_meta(self) -> None: ...
+    def release(self) -> None: ...
     def child_config(self, profile: Profile) -> SessionConfig: ...
     def new_child(
         self, config: SessionConfig, profile: Profile, call_id: str, source: dict[str, Any]
@@ -123,8 +125,11 @@ class SubsessionManager:
 
     def tool_definitions(self, agent: str | Profile) -> list[dict[str, Any]]:
         """The definitions (name, description, parameters) of this session's tools that an
-        agent's allowlist admits, in allowlist order: what that agent's model is told."""
+        agent's allowlist admits, in allowlist order: what that agent's model is told.
+        Nothing for an agent without an allowlist: it sees the session's whole list anyway."""
         profile = self._child_config(agent)[0]
+        if profile.tools is None:
+            return []
         return [
             {"name": t.name, "description": t.description, "parameters": t.parameters}
             for t in filter_tools(self._session.tools(), profile.tools)
@@ -164,6 +169,8 @@ class SubsessionManager:
                 "call_id": call_id,
             }
         }
+        if not parent.is_child:  # a top-level rollout starts with its first task or child
+            parent.write_meta()
         child = parent.new_child(config, chosen, call_id, source)
         task = runtime.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
         record = Record(child, Pending(task))
@@ -232,6 +239,7 @@ class SubsessionManager:
         parent.runtime.dispatcher.child_ended(
             parent, child, partial(_ending_data, record, outcome)
         )
+        child.release()  # its ending is on disk: what the API reports stays, the history goes
 
     # -- queries ----------------------------------------------------------------------------
     def _lookup(self, session_id: str) -> Record:
@@ -252,6 +260,7 @@ class SubsessionManager:
 
     def adopt_ended(self, child: Member, state: Ending, ended_at: float | None) -> None:
         """Know a child that ended in an earlier run (resume): it can be waited for."""
+        child.release()  # run again, it reloads its history from its rollout
         self._children[child.session_id] = Record(child, state, ended_at=ended_at)
 
     def tree(self) -> list[Member]:

@@ -40,6 +40,11 @@ class ToolRouter:
     def tools(self) -> tuple[Tool, ...]:
         return tuple(self._tools.values())
 
+    def replace_tools(self, tools: tuple[Tool, ...]) -> None:
+        """Drop (an ended child's) or restore (before it runs again) the tools."""
+        self._tools = {t.name: t for t in tools}
+        self._specs = None
+
     def specs(self) -> Specs:
         """What the model is offered: fixed for the session's life (the tree caches it)."""
         if self._specs is None:
@@ -51,7 +56,7 @@ class ToolRouter:
     def _build_specs(self) -> Specs:
         host = self._host
         specs = tuple(t.spec() for t in self._tools.values())
-        if host.tree.config.user_input_handler is not None and host.allows(ASK_USER):
+        if host.tree.config.user_input_handler is not None:  # never gated by the allowlist
             specs += (ask_user.SPEC,)
         if host.depth < host.tree.max_depth:  # only those the allowlist admits
             specs += tuple(s for s in host.tree.subsession_specs() if host.allows(s["name"]))
@@ -82,7 +87,7 @@ class ToolRouter:
             if name in SUBSESSION_TOOL_NAMES and host.allows(name):
                 builtin = partial(subsession_tools.call_parsed, host.subsessions, name,
                                   call_id=call_id)
-            elif name == ASK_USER and host.allows(name):
+            elif name == ASK_USER:  # the root's handler decides, whatever the allowlist
                 builtin = self._ask_user
             else:  # denied by the allowlist, or never offered: no handler runs
                 raise ToolNotSupported(name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -24,7 +24,7 @@ from subsessions.errors import (
     SubsessionError,
     error_text,
 )
-from subsessions.events import EventHandler, EventHub, SessionEvent, emit
+from subsessions.events import EventHandler, EventHub, EventStream, emit
 from subsessions.ids import new_session_id
 from subsessions.items import (
     Item,
@@ -38,6 +38,7 @@ from subsessions.manager import SubsessionManager
 from subsessions.models.base import ModelRequest, TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
+from subsessions.rollouts.reader import read_rollout
 from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
 from subsessions.router import ToolRouter
 from subsessions.runtime import Runtime
@@ -52,6 +53,7 @@ class Phase(enum.Enum):
     RUNNING = "running"  # a task is running
     IDLE = "idle"  # between tasks (top-level sessions)
     ENDED = "ended"  # a child's one task has written its ending
+    RELEASED = "released"  # ended, its ending on disk; history and tools dropped
 
 
 class Session:
@@ -74,7 +76,9 @@ class Session:
         self.config = config
         self.parent = parent
         self.root: Session = parent.root if parent is not None else self
-        self.tree: SessionTree = parent.tree if parent is not None else SessionTree(config, runtime.profiles)
+        self.tree: SessionTree = (
+            parent.tree if parent is not None else SessionTree(config, runtime.profiles)
+        )
         self.depth: int = parent.depth + 1 if parent is not None else 0
         self.profile = profile
         self.call_id = call_id
@@ -92,7 +96,9 @@ class Session:
                                                     self.started_at),
             runtime.unwritten,
         )
-        self.events: EventHub = EventHub(self.session_id, parent.events if parent else None, call_id)
+        self.events: EventHub = EventHub(
+            self.session_id, parent.events if parent else None, call_id
+        )
         self.subsessions = SubsessionManager(self)
         self._child_context: ToolContext | None = None
         self.tool_context = tool_context or self._own_tool_context()
@@ -103,6 +109,7 @@ class Session:
         self._answering_model: str | None = None
         self._phase = Phase.OPEN if resumed is not None else Phase.NEW  # keeps its first meta
         self._cancel_at_first_step = False
+        self._notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
         self.forked_from: str | None = None
         self.resume_report: str | None = None  # what resuming or forking read and skipped
         self.turns = 0
@@ -128,11 +135,16 @@ class Session:
     @property
     def started(self) -> bool:
         """Its task has run its first line."""
-        return self._phase in (Phase.RUNNING, Phase.IDLE, Phase.ENDED)
+        return self._phase in (Phase.RUNNING, Phase.IDLE, Phase.ENDED, Phase.RELEASED)
 
     @property
     def ended(self) -> bool:
-        return self._phase is Phase.ENDED
+        return self._phase in (Phase.ENDED, Phase.RELEASED)
+
+    @property
+    def released(self) -> bool:
+        """An ended child whose history and tools were dropped (its rollout has them)."""
+        return self._phase is Phase.RELEASED
 
     @property
     def wrote_meta(self) -> bool:
@@ -186,8 +198,9 @@ class Session:
         """Call `handler` with each event of this session and its descendants."""
         return self.events.on(handler)
 
-    def event_stream(self) -> AsyncIterator[SessionEvent]:
-        """This session's events (its descendants' included) from now until it closes."""
+    def event_stream(self) -> EventStream:
+        """This session's events (its descendants' included) from now until it closes.
+        Only a stream being read can answer deferred tools; drop it or `aclose()` it to stop."""
         return self.events.stream()
 
     def handle_pending_tool_call(
@@ -248,6 +261,8 @@ class Session:
         if self._phase is Phase.RUNNING:
             raise SessionBusy(self.session_id)
         first = not self.started
+        if self.released:
+            self._reload()
         self.write_meta()
         self._phase = Phase.RUNNING
         try:
@@ -257,6 +272,29 @@ class Session:
                 self._phase = Phase.IDLE
             if self.parent is None:  # a child's flush is awaited by its manager instead
                 await self.recorder.flush_durable()
+
+    def release(self) -> None:
+        """Drop what only a task needs (history, tools) once a child has ended and its rollout
+        is written: a long-lived parent of many children must not hold every transcript."""
+        self.history = []
+        self.router.replace_tools(())
+        self._child_context = None
+        self._phase = Phase.RELEASED
+
+    def _reload(self) -> None:
+        """Before a released child runs again: its history from its rollout, its tools from
+        its config (a child's tools are all there)."""
+        self.history = read_rollout(self.recorder.path).response_items()
+        self.router.replace_tools(self.config.tools)
+        self._phase = Phase.IDLE
+
+    def note(self, message: str) -> None:
+        """A background event for the rollout, kept until its session_meta comes first."""
+        event = records.background(message)
+        if self.wrote_meta:
+            self.recorder.event(event)
+        else:
+            self._notes += (event,)
 
     def write_meta(self) -> None:
         if self._phase is not Phase.NEW:
@@ -268,6 +306,9 @@ class Session:
             session_type=self.profile.name if self.profile is not None else None,
             forked_from=self.forked_from,
         ))
+        for note in self._notes:
+            self.recorder.event(note)
+        self._notes = ()
 
     async def _run_task(self, prompt: str, first: bool) -> str | None:
         if first:  # at its first task, where a listener (or parent) can see it

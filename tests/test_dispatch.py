@@ -1024,6 +1024,65 @@ async def test_a_childs_question_reaches_the_roots_user_input_handler(
     assert model.last_output("work")["success"] is True
 
 
+async def test_a_child_whose_agent_may_use_no_tool_can_still_ask_the_user(
+    engine: Engine, model: Model
+) -> None:
+    """The allowlist never gates user input (DESIGN 3.6): `mathematician` has `tools=[]`."""
+    asked: list[dict[str, Any]] = []
+
+    def answer(request: dict[str, Any]) -> str:
+        asked.append(request)
+        return "seven"
+
+    parent = await root(engine, user_input_handler=answer)
+    model.play("count", [call("ask_user", call_id="call_ask", question="How many?")])
+    cid = await parent.subsessions.spawn_child("mathematician", "count")
+    assert await parent.subsessions.wait_child(cid) == "done count"
+    first = model.requests["count"][0].tool_names
+    assert "ask_user" in first
+    assert not set(first) - {"ask_user", "create_session", "wait_session", "cancel_session",
+                             "wait_sessions", "run_sessions", "list_profiles"}
+    assert model.last_output("count") == {
+        "type": "function_call_output", "call_id": "call_ask", "output": "seven",
+        "success": True,
+    }
+    assert asked == [{"question": "How many?", "choices": None, "session_id": cid}]
+
+
+# -- what handlers return -----------------------------------------------------------------------
+def _nothing(arguments: dict[str, Any], invocation: Invocation) -> None:
+    return None
+
+
+async def _nothing_later(arguments: dict[str, Any], invocation: Invocation) -> None:
+    await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("handler", [_nothing, _nothing_later], ids=["sync", "async"])
+async def test_a_tool_handler_that_returns_none_gives_the_model_an_empty_text(
+    engine: Engine, model: Model, handler: Any
+) -> None:
+    parent = await root(engine, Tool("quiet", "Returns nothing.", PARAMS, handler=handler),
+                        custom_agents=(Profile(name="any"),))
+    model.play("work", [call("quiet", call_id="call_quiet", text="x")])
+    cid = await parent.subsessions.spawn_child("any", "work")
+    assert await parent.subsessions.wait_child(cid) == "done work"
+    assert model.last_output("work") == {
+        "type": "function_call_output", "call_id": "call_quiet", "output": "", "success": True,
+    }
+
+
+async def test_a_deferred_call_answered_with_none_gives_the_model_an_empty_text(
+    engine: Engine, model: Model
+) -> None:
+    parent, cid, seen = await a_child_waiting_on_the_host(engine, model)
+    [event] = of_type(seen, "external_tool.requested")
+    assert parent.handle_pending_tool_call(event.data["request_id"], result=None)
+    await parent.subsessions.wait_child(cid)
+    assert model.last_output("work")["output"] == ""
+    assert model.last_output("work")["success"] is True
+
+
 # -- re-entrancy ------------------------------------------------------------------------------
 async def test_a_handler_may_resolve_create_and_destroy_sessions(
     engine: Engine, model: Model
@@ -1203,6 +1262,42 @@ async def test_the_event_stream_has_every_event_from_the_moment_it_is_taken(
     assert start.type == "session.start"
     assert first.type == "assistant.message"
     assert first.data["content"] == "done go"
+
+
+async def test_a_stream_nobody_reads_cannot_make_a_deferred_call_wait(
+    engine: Engine, model: Model
+) -> None:
+    """A stream taken but not read answers nothing: the call fails at once, not never."""
+    parent = await root(engine, Tool("lookup", "Looks up.", PARAMS))
+    stream = parent.event_stream()
+    model.play("go", [call("lookup", text="weather")])
+    assert await asyncio.wait_for(parent.send_and_wait("go"), 10) == "done go"
+    assert model.last_output("go")["output"] == not_supported("lookup")
+    assert model.last_output("go")["success"] is False
+    # it still has every event from the moment it was taken, for when it is read
+    assert (await asyncio.wait_for(anext(stream), 1)).type == "session.start"
+    await stream.aclose()
+
+
+async def test_a_dropped_stream_stops_listening_at_once(engine: Engine, model: Model) -> None:
+    parent = await root(engine, Tool("lookup", "Looks up.", PARAMS))
+    model.play("go", ["hello"], [call("lookup", text="weather")])  # a second task calls it
+    unread = parent.event_stream()
+    read = parent.event_stream()
+    assert await parent.send_and_wait("go") == "hello"
+    assert (await asyncio.wait_for(anext(read), 1)).type == "session.start"
+    del unread, read  # forgotten by the host, never closed
+    assert await asyncio.wait_for(parent.send_and_wait("again"), 10) == "done go"
+    assert model.last_output("go")["output"] == not_supported("lookup")
+
+
+async def test_closing_a_stream_ends_the_reader_waiting_on_it(engine: Engine) -> None:
+    parent = await root(engine)
+    stream = parent.event_stream()
+    reader = asyncio.create_task(anext(stream, "ended"))
+    await stream.aclose()
+    assert await asyncio.wait_for(reader, 1) == "ended"
+    assert await anext(stream, "ended") == "ended"
 
 
 # -- threads --------------------------------------------------------------------------------

@@ -94,6 +94,51 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# ARCHITECTURE.md's layers, bottom to top: a module imports only from its own layer or below.
+LAYERS: dict[int, tuple[str, ...]] = {
+    0: ("_version", "clock", "errors", "handlers", "ids", "items", "mcp", "rollouts.status",
+        "tools.process", "tools.safe_commands", "urls", "usage"),
+    1: ("children", "config", "events", "handlers.ask_user", "profiles", "settings", "specs",
+        "tools.schema", "tree"),
+    2: ("mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
+        "models.factory", "models.openai_chat", "models.openai_common",
+        "models.openai_responses", "models.scripted", "rollouts", "rollouts.files",
+        "rollouts.follow", "rollouts.index", "rollouts.listing", "rollouts.reader",
+        "rollouts.recorder", "rollouts.records", "rollouts.render", "rollouts.summary", "tools",
+        "tools.apply_patch", "tools.approval", "tools.context", "tools.errors", "tools.files",
+        "tools.patch", "tools.sandbox", "tools.shell"),
+    3: ("dispatch", "runtime"),
+    4: ("composition", "manager"),
+    5: ("handlers.subsessions", "router"),
+    6: ("resume", "session"),
+    7: ("engine",),
+    8: ("", "__main__", "cli", "demo", "demo_work", "mcp.app", "mcp.server", "rollouts.cli",
+        "testing"),
+}
+
+
+def layer_of() -> dict[str, int]:
+    return {
+        f"subsessions.{name}".rstrip("."): layer
+        for layer, names in LAYERS.items() for name in names
+    }
+
+
+def test_every_module_has_a_layer() -> None:
+    assert sorted(set(imports()) - set(layer_of())) == []
+    assert sorted(set(layer_of()) - set(imports())) == []
+
+
+def test_every_import_points_to_the_same_or_a_lower_layer() -> None:
+    layer = layer_of()
+    upward = [
+        f"{name} (L{layer[name]}) -> {target} (L{layer[target]})"
+        for name, targets in sorted(imports().items()) for target in sorted(targets)
+        if layer[target] > layer[name]
+    ]
+    assert upward == []
+
+
 def test_the_checker_sees_a_cycle_through_lazy_and_type_checking_imports(tmp_path: Path) -> None:
     package = tmp_path / "pkg"
     package.mkdir()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import orjson
 import pytest
 from scripting import (
     FOREVER_MS,
+    PARENT_PROMPT,
     SUBSESSION_TOOLS,
     WORKER,
     Script,
@@ -174,16 +176,35 @@ async def test_an_infinite_timeout_waits_for_the_child(parent: Session, script: 
     assert await parent.subsessions.wait_child(cid, timeout=math.inf) == "worth it"
 
 
-@pytest.mark.parametrize("bad_id", [new_session_id(), "not-a-uuid", ""])
+@pytest.mark.parametrize("bad_id", [new_session_id(), "not-a-uuid", "", "../x", "a/../../b"])
 async def test_unknown_ids_are_unknown_sessions(parent: Session, bad_id: str) -> None:
     manager = parent.subsessions
-    with pytest.raises(UnknownSession) as caught:
-        await manager.wait_child(bad_id, timeout=0)
-    assert str(caught.value) == f"unknown session {bad_id}"
-    with pytest.raises(UnknownSession):
-        manager.status(bad_id)
-    with pytest.raises(UnknownSession):
-        await manager.cancel_child(bad_id)
+    for attempt in (manager.wait_child(bad_id, timeout=0), manager.cancel_child(bad_id)):
+        with pytest.raises(UnknownSession) as caught:
+            await attempt
+        assert str(caught.value) == f"unknown session {bad_id}"
+    for query in (manager.status, manager.info):
+        with pytest.raises(UnknownSession, match=f"^unknown session {re.escape(bad_id)}$"):
+            query(bad_id)
+
+
+async def test_the_model_is_told_a_path_like_id_is_an_unknown_session(
+    parent: Session, script: Script
+) -> None:
+    """DESIGN 3.1: `../x` is an id that is not a child, like any other (not a bad argument)."""
+    script.play(PARENT_PROMPT, [lambda done: [
+        call("wait_session", session_id="../x", timeout_ms=10),
+        call("cancel_session", session_id="../x"),
+        call("wait_sessions", session_ids=["../x"], timeout_ms=10, mode="all"),
+    ]])
+    assert await parent.send_and_wait(PARENT_PROMPT) == "parent done"
+    waited, cancelled, many = outputs(script.seen[PARENT_PROMPT][-1])
+    assert (waited["output"], waited["success"]) == ("unknown session ../x", False)
+    assert (cancelled["output"], cancelled["success"]) == ("unknown session ../x", False)
+    assert orjson.loads(many["output"]) == {
+        "results": {"../x": {"status": "unknown", "error": "unknown session ../x"}},
+        "timed_out": False,
+    }
 
 
 async def test_a_parent_sees_only_its_own_children(
@@ -493,6 +514,9 @@ async def test_the_parents_tools_are_filtered_by_the_profile(
 
     names = [n for n in script.seen["child"][0].tool_names if n not in SUBSESSION_TOOLS]
     assert names == offered
+    # what the agent is told: its allowlist's tools; without one, nothing (DESIGN 3.6)
+    told = [d["name"] for d in top.subsessions.tool_definitions("picky")]
+    assert told == ([] if allowlist is None else offered)
     expected = [
         f"True:{n} ran"
         if n in offered

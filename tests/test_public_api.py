@@ -147,7 +147,7 @@ async def test_tool_definitions_follow_the_agents_allowlist(home: Path) -> None:
         {"name": "c", "description": "does c", "parameters": tools[2].parameters},
         {"name": "a", "description": "does a", "parameters": tools[0].parameters},
     ]
-    assert [d["name"] for d in everything] == ["a", "b", "c"]
+    assert everything == []  # no allowlist: told nothing, it sees the whole list (DESIGN 3.6)
     assert (config.tools, agent.tools) == before
 
 

@@ -110,6 +110,7 @@ async def test_cancelled_running_and_idle_rollouts(home: Path) -> None:
 
     async with Engine(home, model_client=ScriptedModel(hang)) as engine:
         idle = await engine.create_session()
+        idle.write_meta()  # a rollout that is only its session_meta (none before a task)
         busy = await engine.create_session()
         task = asyncio.create_task(busy.send_and_wait("hi"))
         await asyncio.wait_for(asked.wait(), 5)

@@ -7,18 +7,9 @@ from typing import Any
 import orjson
 
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
-from subsessions.ids import id_problem
 from subsessions.manager import SubsessionManager
 from subsessions.specs import MAX_TIMEOUT_MS, SCHEMAS, create_schema, run_schema
 from subsessions.tools.schema import check_arguments, parse_arguments
-
-
-def _session_id(tool: str, arguments: dict[str, Any]) -> str:
-    session_id: str = arguments["session_id"]
-    problem = id_problem(session_id)
-    if problem is not None:
-        raise InvalidArguments(tool, problem)
-    return session_id
 
 
 def _dump(value: Any) -> str:
@@ -58,7 +49,7 @@ async def call_parsed(
         ])
     if name == "wait_sessions":
         return await _wait_sessions(manager, arguments)
-    session_id = _session_id(name, arguments)
+    session_id: str = arguments["session_id"]  # any id not of a child: `unknown session`
     if name == "wait_session":
         timeout_ms = min(int(arguments["timeout_ms"]), MAX_TIMEOUT_MS)
         return _dump({"result": await manager.wait_child_ms(session_id, timeout_ms)})
@@ -76,8 +67,6 @@ async def _wait_sessions(manager: SubsessionManager, arguments: dict[str, Any]) 
     ids: list[str] = arguments["session_ids"]
     if not ids:
         raise InvalidArguments("wait_sessions", "session_ids must not be empty")
-    for session_id in ids:
-        _session_id("wait_sessions", {"session_id": session_id})
     seconds = _timeout_seconds(arguments)
     if arguments["mode"] == "any":
         waited = await manager.wait_any(ids, seconds)

@@ -90,7 +90,6 @@ class ClientConnection:
                 config = SessionConfig(max_depth=self._settings.max_depth,
                                        max_children=self._settings.max_children)
                 session = await self._engine.create_session(config, source="mcp")
-                await session.recorder.flush_durable()  # listed by `rollouts list` at once
                 self._session = session
             return self._session
 
@@ -289,7 +288,7 @@ class SubsessionsMcp:
         self, ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
         session = self.client_for(ctx).session_or_none
-        if session is None:
+        if session is None or not session.wrote_meta:  # no rollout before its first child
             return types.ListResourcesResult(resources=[])
         resources = [types.Resource(
             uri=f"{SCHEME}{session.session_id}", name=f"session {session.session_id}",

@@ -81,24 +81,29 @@ class RolloutWriter:
                 self._wake.wait()
             self._idle = False
             self._wake.clear()
-            batch: dict[str, list[bytes | bytearray]] = {}
-            waiters: list[_Waiter] = []
-            while self._queue:
-                path, data, waiter = self._queue.popleft()
-                if data:  # an empty flush only waits for what came before it
-                    batch.setdefault(path, []).append(data)
-                if waiter is not None:
-                    waiters.append((waiter, path))
-            for path, chunks in batch.items():
-                self._append(path, b"".join(chunks))
-            if waiters:
-                reported = {path: self._failed.pop(path) for _, path in waiters
-                            if path in self._failed}
-                self._call(_resolve, waiters, reported)
+            self._write_round()
             stopped = self._stopped
             if stopped is not None and not self._queue:
                 self._call(_set_done, stopped)
                 return
+
+    def _write_round(self) -> None:
+        """Write what is queued. A method of its own so that the round's chunks are freed
+        when it returns, not kept by the thread's locals while it sleeps."""
+        batch: dict[str, list[bytes | bytearray]] = {}
+        waiters: list[_Waiter] = []
+        while self._queue:
+            path, data, waiter = self._queue.popleft()
+            if data:  # an empty flush only waits for what came before it
+                batch.setdefault(path, []).append(data)
+            if waiter is not None:
+                waiters.append((waiter, path))
+        for path, chunks in batch.items():
+            self._append(path, b"".join(chunks))
+        if waiters:
+            reported = {path: self._failed.pop(path) for _, path in waiters
+                        if path in self._failed}
+            self._call(_resolve, waiters, reported)
 
     def _call(self, callback: Any, *args: Any) -> None:
         assert self._loop is not None

@@ -195,7 +195,9 @@ async def test_cancel_session_then_again(engine: Engine, script: Script, home: P
 
 
 # -- the error texts of DESIGN 3.1 ------------------------------------------------------------
-@pytest.mark.parametrize("bad_id", [new_session_id(), "not-a-uuid", "", "x" * 40])
+@pytest.mark.parametrize(
+    "bad_id", [new_session_id(), "not-a-uuid", "", "x" * 40, "../x", "../../etc/passwd", "a/b"]
+)
 async def test_unknown_ids(engine: Engine, script: Script, bad_id: str) -> None:
     _, outs = await drive(
         engine,
@@ -369,11 +371,9 @@ X = "01a1f000-0000-7000-8000-000000000000"
         ("wait_session", {"session_id": X, "timeout_ms": True}, "timeout_ms"),
         ("wait_session", {"session_id": 7, "timeout_ms": 0}, "session_id"),
         ("wait_session", {"session_id": X, "timeout_ms": 0, "poll": 1}, "poll"),
-        ("wait_session", {"session_id": "../x", "timeout_ms": 0}, "session_id"),
         ("wait_session", "not json", "JSON"),
         ("cancel_session", {}, "session_id"),
         ("cancel_session", {"session_id": X, "force": True}, "force"),
-        ("cancel_session", {"session_id": "../../etc/passwd"}, "session_id"),
         ("cancel_session", {"session_id": None}, "session_id"),
     ],
     ids=[
@@ -391,11 +391,9 @@ X = "01a1f000-0000-7000-8000-000000000000"
         "wait-timeout-bool",
         "wait-id-int",
         "wait-extra",
-        "wait-path-id",
         "wait-not-json",
         "cancel-missing-id",
         "cancel-extra",
-        "cancel-path-id",
         "cancel-id-null",
     ],
 )
