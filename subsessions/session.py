@@ -1,4 +1,4 @@
-"""A session: identity, history, a rollout; a task loop to TaskComplete.
+"""A session: identity, history, a rollout, a phase; its tasks run in `task.py`.
 
 What it shares with the engine's other sessions comes from the `Runtime` it is given;
 what it shares with its tree from the `SessionTree`; its tools from its `ToolRouter`.
@@ -6,36 +6,20 @@ what it shares with its tree from the `SessionTree`; its tools from its `ToolRou
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import orjson
-
+from subsessions import task
 from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
-from subsessions.errors import (
-    InvalidArguments,
-    MaxTurnsExceeded,
-    ModelError,
-    SessionBusy,
-    SubsessionError,
-    error_text,
-)
-from subsessions.events import EventHandler, EventHub, EventStream, emit
+from subsessions.errors import InvalidArguments, SessionBusy
+from subsessions.events import EventHandler, EventHub, EventStream
 from subsessions.ids import new_session_id
-from subsessions.items import (
-    Item,
-    developer_message,
-    is_assistant_message,
-    message_text,
-    output_problem,
-    user_message,
-)
+from subsessions.items import Item
 from subsessions.manager import SubsessionManager
-from subsessions.models.base import ModelRequest, TokenUsage
+from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
@@ -106,7 +90,7 @@ class Session:
         if self.tool_context is not None and parent is None:
             tools += builtin_tools(self.tool_context, _builtin_names(config))
         self.router = ToolRouter(self, {t.name: t for t in tools})
-        self._answering_model: str | None = None
+        self.answered_by: str | None = None  # the model that answered last, if not `model`
         self._phase = Phase.OPEN if resumed is not None else Phase.NEW  # keeps its first meta
         self._cancel_at_first_step = False
         self._notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
@@ -162,7 +146,7 @@ class Session:
     @property
     def answering_model(self) -> str:
         """The model that answered last: `model`, or the fallback that stood in for it."""
-        return self._answering_model or self.model
+        return self.answered_by or self.model
 
     def allows(self, tool_name: str) -> bool:
         """Whether this session's profile allowlist admits a tool (no profile admits all)."""
@@ -245,6 +229,14 @@ class Session:
         return Session(self.runtime, config, parent=self, profile=profile, call_id=call_id,
                        source=source, tool_context=self.child_tool_context())
 
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel_at_first_step
+
+    def task_ended(self) -> None:
+        if self.parent is not None:
+            self._phase = Phase.ENDED
+
     def cancel_at_first_step(self) -> None:
         """A cancel for a task not started yet: delivered at its first line, so the task's
         own `finally` writes its ending."""
@@ -266,7 +258,7 @@ class Session:
         self.write_meta()
         self._phase = Phase.RUNNING
         try:
-            return await self._run_task(prompt, first)
+            return await task.run(self, prompt, first)
         finally:
             if self._phase is Phase.RUNNING:
                 self._phase = Phase.IDLE
@@ -309,156 +301,6 @@ class Session:
         for note in self._notes:
             self.recorder.event(note)
         self._notes = ()
-
-    async def _run_task(self, prompt: str, first: bool) -> str | None:
-        if first:  # at its first task, where a listener (or parent) can see it
-            emit(self.events, "session.start", {"session_id": self.session_id,
-                                                "source": self.source})
-        record = self.recorder
-        approval = "never" if self.parent is not None else self.config.approval
-        record.record("turn_context", records.turn_context(self.cwd, approval, self.model))
-        record.event({"type": "task_started"})
-        # Exactly one terminal record, on every path: children are ended first (a
-        # cancelled task's children, and any child's children, since nobody could
-        # wait for them any more), and a cancel landing meanwhile makes it an abort.
-        terminal = records.INTERRUPTED
-        answer: str | None = None
-        try:
-            if self._cancel_at_first_step:
-                raise asyncio.CancelledError
-            if self.tree.config.hooks is not None:
-                prompt = await self._prompt_hooks(prompt, first)
-            message = user_message(prompt)
-            self.history.append(message)
-            record.record("response_item", message)
-            record.event({"type": "user_message", "message": prompt})
-            answer = await self._turns()
-            terminal = records.task_complete(answer)
-        except asyncio.CancelledError:
-            terminal = records.CANCELLED
-            raise
-        except Exception as exc:
-            terminal = records.task_error(error_text(exc))
-            raise
-        finally:
-            try:
-                if self.subsessions.has_children and (
-                    terminal is records.CANCELLED or self.parent is not None
-                ):
-                    await self.subsessions.abort_all_children()
-            except asyncio.CancelledError:
-                terminal = records.CANCELLED
-                raise
-            finally:
-                record.event(terminal)
-                if self.parent is not None:
-                    self._phase = Phase.ENDED
-                self._announce_end(terminal)
-        return answer
-
-    async def _prompt_hooks(self, prompt: str, first: bool) -> str:
-        dispatcher = self.runtime.dispatcher
-        if self.parent is not None and first:
-            await dispatcher.invoke_hook(self, "on_session_start", {"source": "subsession"})
-        changed = await dispatcher.invoke_hook(self, "on_user_prompt_submitted",
-                                               {"prompt": prompt})
-        if isinstance(changed, dict) and isinstance(changed.get("modifiedPrompt"), str):
-            return str(changed["modifiedPrompt"])
-        return prompt
-
-    def _announce_end(self, terminal: dict[str, Any]) -> None:
-        kind = terminal["type"]
-        if kind == "error":
-            emit(self.events, "session.error", {"message": terminal["message"]})
-        else:
-            emit(self.events, "session.idle", {"aborted": kind == "turn_aborted"})
-        hooks = self.tree.config.hooks
-        if hooks is None:
-            return
-        dispatcher = self.runtime.dispatcher
-        if kind == "error" and hooks.on_error_occurred is not None:
-            self._hook_later(dispatcher.invoke_hook(self, "on_error_occurred",
-                                                    {"error": terminal["message"]}))
-        if self.parent is not None and hooks.on_session_end is not None:
-            self._hook_later(dispatcher.invoke_hook(self, "on_session_end", {
-                "reason": {"task_complete": "complete", "error": "error"}.get(kind, "abort"),
-            }))
-
-    def _hook_later(self, hook: Any) -> None:
-        """End-of-task hooks run beside the ending, never delaying or blocking it."""
-        try:
-            self.runtime.spawn_task(hook, "subsessions-hook", while_closing=True)
-        except SubsessionError:  # the engine is closed: the hook cannot run any more
-            hook.close()
-
-    async def _turns(self) -> str | None:
-        client = self.runtime.model_client
-        # The head of the task goes to the writer before the first model call, so the file
-        # exists while the session works; later lines follow with the runtime's periodic flush.
-        self.recorder.flush()
-        for _ in range(self.max_turns):
-            if self.subsessions.has_notices:
-                self._deliver_notices()
-            request = ModelRequest(
-                session_id=self.session_id,
-                model=self.model,
-                instructions=self.instructions,
-                items=tuple(self.history),
-                tools=self.tool_specs(),
-                fallback_models=self.profile.fallback_models if self.profile else (),
-            )
-            self.turns += 1
-            response = await client.respond(request)
-            answered = response.model or self.model
-            if answered not in (self.model, self._answering_model):
-                self.recorder.event(records.background(
-                    f"model {self.model} did not answer; {answered} answered"
-                ))
-            self._answering_model = answered
-            self._count(response.usage)
-            answer: str | None = None
-            calls: list[Item] = []
-            for item in response.output:
-                problem = output_problem(item)
-                if problem is not None:
-                    raise ModelError(f"malformed model output ({problem}): {item!r:.200}")
-                self.history.append(item)
-                self.recorder.record("response_item", item)
-                if is_assistant_message(item):
-                    answer = message_text(item)
-                    self.recorder.event({"type": "agent_message", "message": answer})
-                    emit(self.events, "assistant.message", {"content": answer})
-                elif item.get("type") == "function_call":
-                    calls.append(item)
-            if not calls:
-                return answer
-            if len(calls) == 1:
-                outputs = [await self.router.call(calls[0])]
-            else:
-                outputs = await asyncio.gather(*(self.router.call(c) for c in calls))
-            for output in outputs:
-                self.history.append(output)
-                self.recorder.record("response_item", output)
-        raise MaxTurnsExceeded(self.max_turns)
-
-    def _deliver_notices(self) -> None:
-        """One developer message for each child that ended without being waited for."""
-        for info in self.subsessions.take_notices():
-            body = {"session_id": info.session_id, **info.outcome()}
-            payload = orjson.dumps(body).decode()
-            message = developer_message(
-                f"<subsession_notification>{payload}</subsession_notification>"
-            )
-            self.history.append(message)
-            self.recorder.record("response_item", message)
-
-    def _count(self, usage: TokenUsage) -> None:
-        before = self.token_usage
-        total = self.token_usage = TokenUsage(
-            before.input_tokens + usage.input_tokens, before.output_tokens + usage.output_tokens
-        )
-        fallback = self._answering_model if self._answering_model != self.model else None
-        self.recorder.event(records.token_count(usage.as_dict(), total.as_dict(), fallback))
 
 
 def _builtin_names(config: SessionConfig) -> tuple[str, ...] | None:

@@ -109,7 +109,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "tools.patch", "tools.sandbox", "tools.shell"),
     3: ("dispatch", "runtime"),
     4: ("composition", "manager"),
-    5: ("handlers.subsessions", "router"),
+    5: ("handlers.subsessions", "router", "task"),
     6: ("resume", "session"),
     7: ("engine",),
     8: ("", "__main__", "cli", "demo", "demo_work", "mcp.app", "mcp.server", "rollouts.cli",
