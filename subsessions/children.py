@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from attrs import define, field, frozen
 
-from subsessions.errors import InvalidArguments
+from subsessions.errors import ChildCancelled, ChildFailed, ChildNotFinished, InvalidArguments
 from subsessions.usage import Usage
 
 MAX_WAIT_SECONDS = 3600.0
@@ -102,6 +103,8 @@ class ChildSession(Protocol):
     def answering_model(self) -> str: ...
     @property
     def started(self) -> bool: ...  # its task has run its first line
+    @property
+    def call_id(self) -> str | None: ...  # the call that spawned it
 
     def usage(self, include_children: bool = False) -> Usage: ...
     def cancel_at_first_step(self) -> None: ...
@@ -164,6 +167,33 @@ class ChildRecord(Generic[S]):
         self.ended_at = time.time()
         self.finished.set_result(None)
 
+    def result(self) -> str | None:
+        """An ended child's last message, or the error of how it did not complete."""
+        state = self._state
+        if isinstance(state, Done):
+            return state.result
+        if isinstance(state, Failed):
+            raise ChildFailed(self.session.session_id, state.error)
+        if isinstance(state, Cancelled):
+            raise ChildCancelled(self.session.session_id)
+        raise ChildNotFinished(self.session.session_id)
+
+    def ending_data(self) -> dict[str, Any]:
+        """The `subagent.completed` / `subagent.failed` payload: built only for listeners."""
+        child, state = self.session, self._state
+        ended = self.ended_at or time.time()
+        usage = child.usage()
+        data: dict[str, Any] = {
+            "tool_call_id": child.call_id, "agent_name": child.agent_name,
+            "remote_session_id": child.session_id, "model": child.model,
+            "total_tokens": usage.total_tokens, "total_tool_calls": usage.tool_calls,
+            "turns": usage.turns, "duration_ms": round((ended - child.started_at) * 1000),
+        }
+        if not isinstance(state, Done):
+            data["error"] = state.error if isinstance(state, Failed) else "cancelled"
+            data["cancelled"] = isinstance(state, Cancelled)
+        return data
+
     def info(self) -> ChildInfo:
         state = self._state
         session = self.session
@@ -180,6 +210,24 @@ class ChildRecord(Generic[S]):
             usage=session.usage(),
             answering_model=session.answering_model,
         )
+
+
+async def wait_for(records: Sequence[ChildRecord[Any]], seconds: float | None, *,
+                   every: bool) -> None:
+    """Wait for the first (or every) one of `records` to settle, or for the timeout."""
+    pending = [r.finished for r in records if not r.finished.done()]
+    if not pending or (seconds is not None and seconds <= 0):
+        return
+    if not every and len(pending) < len(records):
+        return  # one has ended already
+    for record in records:
+        record.waiters += 1
+    try:
+        when = asyncio.ALL_COMPLETED if every else asyncio.FIRST_COMPLETED
+        await asyncio.wait(pending, timeout=seconds, return_when=when)
+    finally:
+        for record in records:
+            record.waiters -= 1
 
 
 @frozen

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
-from collections.abc import Sequence
+from collections import Counter
 from functools import partial
 from typing import Any, Protocol
 
@@ -29,12 +28,11 @@ from subsessions.children import (
     RunResult,
     WaitResult,
     checked_seconds,
+    wait_for,
 )
 from subsessions.config import SessionConfig, Tool, as_child_config, filter_tools
 from subsessions.dispatch import Caller
 from subsessions.errors import (
-    ChildCancelled,
-    ChildFailed,
     ChildNotFinished,
     ChildTimeout,
     InvalidArguments,
@@ -53,10 +51,8 @@ from subsessions.usage import Usage
 class Member(Caller, Protocol):
     """What the manager needs of the session that owns it and of the children it asks for."""
 
-    @property
-    def depth(self) -> int: ...
-    @property
-    def model(self) -> str: ...
+    depth: int
+    model: str
     @property
     def is_child(self) -> bool: ...
     @property
@@ -65,24 +61,18 @@ class Member(Caller, Protocol):
     def started(self) -> bool: ...
     @property
     def wrote_meta(self) -> bool: ...
-    @property
-    def runtime(self) -> Runtime: ...
-    @property
-    def tree(self) -> SessionTree: ...
-    @property
-    def recorder(self) -> RolloutRecorder: ...
+    runtime: Runtime
+    tree: SessionTree
+    recorder: RolloutRecorder
     @property
     def rollout_path(self) -> str: ...
-    @property
-    def subsessions(self) -> SubsessionManager: ...
+    subsessions: SubsessionManager
     @property
     def answering_model(self) -> str: ...
-    @property
-    def token_usage(self) -> TokenUsage: ...
+    token_usage: TokenUsage
     @property
     def tool_calls(self) -> int: ...
-    @property
-    def turns(self) -> int: ...
+    turns: int
 
     def tools(self) -> tuple[Tool, ...]: ...
     def usage(self, include_children: bool = False) -> Usage: ...
@@ -112,11 +102,8 @@ class SubsessionManager:
         self._unnoticed: list[Record] = []  # ended children the parent was not told of yet
 
     def __repr__(self) -> str:
-        counts: dict[str, int] = {}
-        for child in self._children.values():
-            key = child.status.value
-            counts[key] = counts.get(key, 0) + 1
-        return f"<SubsessionManager of {self._session.session_id} {counts}>"
+        counts = Counter(child.status.value for child in self._children.values())
+        return f"<SubsessionManager of {self._session.session_id} {dict(counts)}>"
 
     # -- profiles and tool definitions ------------------------------------------------------
     def profiles(self) -> dict[str, Profile]:
@@ -237,7 +224,7 @@ class SubsessionManager:
             self._unnoticed.append(record)
         child.events.close()
         parent.runtime.dispatcher.child_ended(
-            parent, child, partial(_ending_data, record, outcome)
+            parent, child, record.ending_data
         )
         child.release()  # its ending is on disk: what the API reports stays, the history goes
 
@@ -291,34 +278,11 @@ class SubsessionManager:
         if not record.finished.done():
             if seconds is not None and seconds <= 0:
                 raise ChildNotFinished(session_id)
-            await self._await_children([record], seconds, every=True)
+            await wait_for([record], seconds, every=True)
             if not record.finished.done():
                 raise ChildTimeout(session_id, label_ms)
         record.waited = True
-        state = record.state
-        if isinstance(state, Done):
-            return state.result
-        if isinstance(state, Failed):
-            raise ChildFailed(session_id, state.error)
-        raise ChildCancelled(session_id)
-
-    async def _await_children(
-        self, records: Sequence[Record], seconds: float | None, *, every: bool
-    ) -> None:
-        """Wait for the first (or every) one of `records` to settle, or for the timeout."""
-        pending = [r.finished for r in records if not r.finished.done()]
-        if not pending or (seconds is not None and seconds <= 0):
-            return
-        if not every and len(pending) < len(records):
-            return  # one has ended already
-        for record in records:
-            record.waiters += 1
-        try:
-            when = asyncio.ALL_COMPLETED if every else asyncio.FIRST_COMPLETED
-            await asyncio.wait(pending, timeout=seconds, return_when=when)
-        finally:
-            for record in records:
-                record.waiters -= 1
+        return record.result()
 
     async def wait_any(self, session_ids: list[str], timeout: float | None = None) -> WaitResult:
         """Return once one of the children has ended (with all that ended by then)."""
@@ -337,7 +301,7 @@ class SubsessionManager:
         known = {i: self._children[i] for i in dict.fromkeys(session_ids) if i in self._children}
         unknown = tuple(i for i in dict.fromkeys(session_ids) if i not in self._children)
         records = list(known.values())
-        await self._await_children(records, seconds, every=every)
+        await wait_for(records, seconds, every=every)
         ended = [r for r in records if r.finished.done()]
         for record in ended:
             record.waited = True
@@ -401,19 +365,3 @@ class SubsessionManager:
             child.waited = True
         if pending:
             await asyncio.wait([child.finished for child in pending])
-
-
-def _ending_data(record: Record, outcome: Ending) -> dict[str, Any]:
-    """The `subagent.completed` / `subagent.failed` payload: built only for listeners."""
-    child = record.session
-    ended = record.ended_at or time.time()
-    data: dict[str, Any] = {
-        "tool_call_id": child.call_id, "agent_name": child.agent_name,
-        "remote_session_id": child.session_id, "model": child.model,
-        "total_tokens": child.token_usage.total_tokens, "total_tool_calls": child.tool_calls,
-        "turns": child.turns, "duration_ms": round((ended - child.started_at) * 1000),
-    }
-    if not isinstance(outcome, Done):
-        data["error"] = outcome.error if isinstance(outcome, Failed) else "cancelled"
-        data["cancelled"] = isinstance(outcome, Cancelled)
-    return data
