@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from attrs import evolve
 
@@ -31,11 +31,9 @@ from subsessions.profiles import (
     profile_namespace,
     resolve_profile,
 )
-from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 
-T = TypeVar("T")
 # The top-level sessions open in any engine of this process, so none is resumed twice.
 OPEN_IN_THIS_PROCESS: set[str] = set()
 HOOK_SECONDS = 5.0  # how long close waits for the hosts' on_session_end hooks
@@ -119,14 +117,6 @@ class Engine:
     @property
     def profiles(self) -> Mapping[str, LoadedProfile]:
         return self._runtime.profiles
-
-    @property
-    def writer(self) -> RolloutWriter:
-        return self._runtime.writer
-
-    @property
-    def unwritten(self) -> set[RolloutRecorder]:
-        return self._runtime.unwritten
 
     @property
     def dispatcher(self) -> Dispatcher[Session]:
@@ -282,17 +272,6 @@ class Engine:
         for path in paths:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
-
-    # -- task ownership (the runtime's) -----------------------------------------------------
-    def spawn_task(
-        self, coro: Coroutine[Any, Any, T], name: str, *, while_closing: bool = False
-    ) -> asyncio.Task[T]:
-        """Start a task the engine owns (see `Runtime.spawn_task`)."""
-        return self._runtime.spawn_task(coro, name, while_closing=while_closing)
-
-    async def run_owned(self, coro: Coroutine[Any, Any, T], session_id: str = "") -> T:
-        """Run `coro` in an owned task (see `Runtime.run_owned`)."""
-        return await self._runtime.run_owned(coro, session_id)
 
     # -- shutdown ---------------------------------------------------------------------------
     async def close(self) -> None:

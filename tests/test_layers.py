@@ -166,3 +166,4 @@ if __name__ == "__main__":
     if "-v" in sys.argv:
         for name in sorted(graph):
             print(f"{name} -> {' '.join(sorted(graph[name]))}")
+    sys.exit(1 if found else 0)
