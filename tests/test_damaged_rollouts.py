@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from subsessions import Engine, ScriptedModel, SessionConfig
+from subsessions import Engine, ScriptedModel, Session, SessionConfig
 from subsessions.mcp.transcript import render_transcript
 from subsessions.rollouts import list_rollouts, read_rollout
 from subsessions.rollouts.index import INDEX_NAME
@@ -104,7 +104,7 @@ def test_numbers_where_text_belongs_show_as_numbers(home: Path) -> None:
              "  * task complete"]
     assert ok(home, "rollouts", "show", session_id).splitlines()[-5:] == shown
     assert ok(home, "rollouts", "tail", session_id).splitlines()[-5:] == shown
-    header, row = ok(home, "rollouts", "list").splitlines()
+    _, row = ok(home, "rollouts", "list").splitlines()
     assert row.split()[4:7] == ["42", "3.5", "completed"]
     assert orjson.loads(ok(home, "rollouts", "list", "--json"))["profile"] == "42"
     assert ok(home, "rollouts", "tree").split()[1] == "42"
@@ -164,11 +164,20 @@ def test_sessions_in_a_parent_cycle_are_shown_and_marked(home: Path) -> None:
 
 # -- 3. a long first line -------------------------------------------------------------------
 
-async def test_a_session_with_megabytes_of_instructions_is_listed(home: Path) -> None:
+@pytest.fixture
+async def long_instructions(home: Path) -> Session:
+    """A finished session whose instructions (in its session_meta line) are 5 MB long."""
     instructions = "Follow the style guide.\n" + "x" * (5 << 20)
     async with Engine(home, model_client=ScriptedModel([["fine"]])) as engine:
         session = await engine.create_session(SessionConfig(instructions=instructions))
         assert await session.send_and_wait("go") == "fine"
+    return session
+
+
+def test_a_session_with_megabytes_of_instructions_is_listed(
+    home: Path, long_instructions: Session
+) -> None:
+    session = long_instructions
     meta_line = Path(session.recorder.path).read_bytes().split(b"\n", 1)[0]
     assert len(meta_line) > 5 << 20  # the engine wrote it whole
 
