@@ -48,7 +48,7 @@ def record(kind: str, payload: dict[str, Any], stamp: str = "2026-09-21T12:00:01
     return orjson.dumps({"timestamp": stamp, "type": kind, "payload": payload}) + b"\n"
 
 
-def event(kind: str, **fields: Any) -> bytes:
+def event(kind: object, **fields: Any) -> bytes:
     return record("event_msg", {"type": kind, **fields})
 
 
@@ -109,6 +109,18 @@ def test_numbers_where_text_belongs_show_as_numbers(home: Path) -> None:
     assert orjson.loads(ok(home, "rollouts", "list", "--json"))["profile"] == "42"
     assert ok(home, "rollouts", "tree").split()[1] == "42"
     assert read_rollout(list_rollouts(home)[0].path).last_agent_message == "13"
+
+
+def test_records_of_odd_types_are_skipped_or_shown(home: Path) -> None:
+    odd_record = orjson.dumps({"timestamp": 1, "type": {"a": 1}, "payload": {}}) + b"\n"
+    session_id = write(home, event("task_started"), odd_record, event(["task_complete"]),
+                       event("task_complete", last_agent_message="ok"))
+    shown = ok(home, "rollouts", "show", session_id).splitlines()
+    assert shown[-3:] == ['  * ["task_complete"]', "  * task complete",
+                          "  ! skipped line 3: unknown record type"]
+    assert ok(home, "rollouts", "tail", session_id).splitlines()[-3:] == [
+        "  ! an unreadable line", '  * ["task_complete"]', "  * task complete"]
+    assert orjson.loads(ok(home, "rollouts", "list", "--json"))["status"] == "completed"
 
 
 def test_an_index_entry_with_numbers_for_names_shows_them(home: Path) -> None:

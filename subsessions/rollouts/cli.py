@@ -45,7 +45,11 @@ def add_rollout_commands(commands: Any, common: argparse.ArgumentParser) -> None
     rollouts = commands.add_parser("rollouts", help="inspect rollout files")
     actions = rollouts.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    listing = actions.add_parser("list", parents=shared, help="sessions, newest first")
+    listing = actions.add_parser(
+        "list", parents=shared, help="sessions, newest first",
+        description="Sessions, newest first. As with grep, the exit code is 1 when no "
+        "session is listed (stderr says why), so a script can test for a match.",
+    )
     listing.add_argument("--parent", metavar="ID", help="only children of this session")
     listing.add_argument("--source", help="cli, exec, mcp or subsession")
     listing.add_argument("--status", choices=STATUSES)

@@ -200,11 +200,12 @@ class _Forest:
 
     def oldest_in_cycle(self, summary: RolloutSummary) -> RolloutSummary:
         """The oldest session of the cycle that `summary`'s chain of parents runs into."""
-        seen: list[RolloutSummary] = []
+        chain: dict[str, RolloutSummary] = {}  # key -> summary, in the order walked
         current: RolloutSummary | None = summary
-        while current is not None and current not in seen:
-            seen.append(current)
+        while current is not None and current.key not in chain:
+            chain[current.key] = current
             current = self.parent(current)
         if current is None:  # not a cycle after all (cannot happen for unplaced summaries)
             return summary
-        return min(seen[seen.index(current):], key=lambda s: s.key)
+        walked = list(chain)
+        return chain[min(walked[walked.index(current.key):])]

@@ -18,8 +18,9 @@ from typing import Any
 from subsessions.rollouts.values import parse_stamp
 
 STATUSES = ("completed", "failed", "cancelled", "running", "interrupted", "idle")
-TERMINAL_EVENTS = frozenset({"task_complete", "turn_aborted", "error"})
-TASK_EVENTS = TERMINAL_EVENTS | {"task_started"}
+# Tuples, not sets: a hand-made record's `type` may be a list, which a set cannot be asked about.
+TERMINAL_EVENTS = ("task_complete", "turn_aborted", "error")
+TASK_EVENTS = (*TERMINAL_EVENTS, "task_started")
 
 # The meta timestamp has whole seconds (truncated) and so has the kernel's boot time:
 # a process may appear to have started up to about two seconds after its session did.

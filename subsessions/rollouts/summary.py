@@ -19,7 +19,7 @@ from subsessions.errors import RolloutError
 from subsessions.rollouts.status import TASK_EVENTS, status_of, writer_claim
 from subsessions.rollouts.values import optional_stamp, optional_text, parse_stamp, text
 
-RECORD_TYPES = frozenset({"session_meta", "turn_context", "response_item", "event_msg"})
+RECORD_TYPES = ("session_meta", "turn_context", "response_item", "event_msg")
 NOT_OURS = "not a subsessions rollout (no session_meta first line)"
 
 _CHUNK = 8192
