@@ -73,9 +73,9 @@ def _usage(rollout: Rollout, damaged: list[str]) -> TokenUsage:
     if info is None:  # no model call yet (Codex writes `info: null` then)
         return TokenUsage()
     total = info.get("total_token_usage") if isinstance(info, dict) else None
-    numbers = [total.get(k, 0) for k in ("input_tokens", "output_tokens")] if isinstance(
-        total, dict) else []
-    if len(numbers) != 2 or not all(type(n) is int and n >= 0 for n in numbers):
+    numbers = (total.get("input_tokens", 0), total.get("output_tokens", 0)) if isinstance(
+        total, dict) else (None, None)
+    if not all(type(n) is int and n >= 0 for n in numbers):
         damaged.append(f"the token counts of {rollout.session_id} (counted as 0)")
         return TokenUsage()
     return TokenUsage(*numbers)

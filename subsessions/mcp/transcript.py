@@ -8,18 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from subsessions.rollouts import Rollout
 from subsessions.rollouts.values import parts_text, text
 
 _MAX_FIELD = 4000  # a tool output this long is cut in the transcript (the rollout keeps it)
 
 
-def _cut(text: str) -> str:
-    if len(text) <= _MAX_FIELD:
-        return text
-    return f"{text[:_MAX_FIELD]}… ({len(text) - _MAX_FIELD} more characters)"
+def _cut(value: str) -> str:
+    if len(value) <= _MAX_FIELD:
+        return value
+    return f"{value[:_MAX_FIELD]}… ({len(value) - _MAX_FIELD} more characters)"
 
 
 def _source(meta: dict[str, Any]) -> str:
@@ -40,9 +38,7 @@ def _item_lines(payload: dict[str, Any]) -> list[str]:
                 f"{_cut(str(payload.get('arguments')))}"]
     if kind == "function_call_output":
         ok = "ok" if payload.get("success", True) is not False else "failed"
-        output = payload.get("output")
-        text = output if isinstance(output, str) else orjson.dumps(output).decode()
-        return [f"[tool output {payload.get('call_id')}, {ok}]", _cut(text)]
+        return [f"[tool output {payload.get('call_id')}, {ok}]", _cut(text(payload.get("output")))]
     if kind == "reasoning":
         summary = parts_text(payload.get("summary"), "\n")
         return [f"[reasoning] {_cut(summary)}"] if summary else []
