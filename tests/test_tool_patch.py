@@ -275,11 +275,11 @@ async def test_a_failure_while_writing_restores_everything(
     real_replace = os.replace
     calls = []
 
-    def failing_replace(src: str, dst: str) -> None:
+    def failing_replace(src: str, dst: str, **fds: int) -> None:
         calls.append(dst)
         if len(calls) == 2:
             raise OSError(28, "No space left on device", dst)
-        real_replace(src, dst)
+        real_replace(src, dst, **fds)
 
     monkeypatch.setattr(apply_patch_module.os, "replace", failing_replace)
     with pytest.raises(FileToolError, match=r"cannot change .*b\.txt: No space left on device; "
