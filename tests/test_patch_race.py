@@ -7,15 +7,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from swap_support import swapping
 from tools_support import ws
 
 from subsessions.config import Invocation
@@ -42,17 +41,21 @@ def everything_under(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-SWAPPER = textwrap.dedent("""
-    import ctypes, os, sys
-    os.chdir(sys.argv[1])
-    os.symlink(sys.argv[2], "alt")
-    renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    AT_FDCWD, RENAME_EXCHANGE = -100, 2
-    print("ready", flush=True)
-    while True:  # "sub" is, in turn, the real directory and a symlink to the outside
-        if renameat2(AT_FDCWD, b"sub", AT_FDCWD, b"alt", RENAME_EXCHANGE) != 0:
-            sys.exit(f"renameat2: {os.strerror(ctypes.get_errno())}")
-""")
+async def add_one(ws: Path, attempt: int, real: int) -> str:
+    """Add `sub/f{attempt}.txt`: "Success" with the file in the real directory, or the
+    start of a one-line error."""
+    name = f"f{attempt}.txt"
+    patch = f"*** Begin Patch\n*** Add File: sub/{name}\n+{attempt}\n*** End Patch"
+    try:
+        out = await apply(context(ws), patch)
+    except (FileToolError, WriteNotAllowed) as exc:
+        message = str(exc)
+        assert "\n" not in message, message
+        assert message.startswith("apply_patch"), message
+        return message[:40]
+    assert out == f"Success. Updated the following files:\nA sub/{name}\n"
+    assert name in os.listdir(real)  # in the real directory, whatever its name now
+    return "Success"
 
 
 async def test_a_directory_swapped_for_a_symlink_never_redirects_a_write(
@@ -61,37 +64,19 @@ async def test_a_directory_swapped_for_a_symlink_never_redirects_a_write(
     outside = tmp_path / "outside"
     outside.mkdir()
     (ws / "sub").mkdir()
+    (ws / "alt").symlink_to(outside)
     real = os.open(ws / "sub", os.O_RDONLY | os.O_DIRECTORY)  # follows it under either name
-    swapper = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", SWAPPER, str(ws), str(outside), stdout=subprocess.PIPE)
+    outcomes: dict[str, int] = {}
     try:
-        assert swapper.stdout is not None
-        assert await swapper.stdout.readline() == b"ready\n"
-        outcomes: dict[str, int] = {}
-        deadline = time.monotonic() + 4
-        attempt = 0
-        while time.monotonic() < deadline or attempt < 100:
-            attempt += 1
-            name = f"f{attempt}.txt"
-            patch = f"*** Begin Patch\n*** Add File: sub/{name}\n+{attempt}\n*** End Patch"
-            out = ""
-            try:
-                out = await apply(context(ws), patch)
-            except (FileToolError, WriteNotAllowed) as exc:
-                message = str(exc)
-                assert "\n" not in message, message
-                assert message.startswith("apply_patch"), message
-                outcomes[message[:40]] = outcomes.get(message[:40], 0) + 1
-            else:
-                assert out == f"Success. Updated the following files:\nA sub/{name}\n"
-                outcomes["Success"] = outcomes.get("Success", 0) + 1
-            assert everything_under(outside) == [], f"written outside at attempt {attempt}"
-            if out:
-                assert name in os.listdir(real)  # in the real directory, whatever its name
-        assert swapper.returncode is None, "the swapper stopped"
+        async with swapping(ws, "sub", "alt"):  # a directory, then a symlink to the outside
+            attempt = 0
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline or attempt < 100:
+                attempt += 1
+                outcome = await add_one(ws, attempt, real)
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                assert everything_under(outside) == [], f"written outside at attempt {attempt}"
     finally:
-        swapper.kill()
-        await swapper.wait()
         os.close(real)
     assert outcomes.get("Success", 0) > 0, outcomes
     assert sum(outcomes.values()) >= 100

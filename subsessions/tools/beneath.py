@@ -21,7 +21,6 @@ a patch spread over thousands of directories never holds more than `KEEP` descri
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import stat
 from collections import OrderedDict
@@ -31,7 +30,9 @@ from types import TracebackType
 from subsessions.tools.errors import FileToolError
 
 KEEP = 128
-_DIRECTORY = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH = getattr(os, "O_PATH", os.O_RDONLY | os.O_NONBLOCK)
+_DIRECTORY = _PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC
 
 
 class PathChanged(FileToolError):
@@ -131,18 +132,36 @@ def lstat_at(fd: int, name: str) -> os.stat_result | None:
         return None
 
 
-def read_at(fd: int, name: str) -> tuple[bytes, os.stat_result]:
-    """The content and status of regular file `name` in directory `fd`, never following a
-    symlink and never blocking on a FIFO or device (it is refused after `fstat`)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+def open_regular(
+    path: str, *, dir_fd: int | None = None, follow: bool = True
+) -> tuple[int | None, os.stat_result]:
+    """A read descriptor of the regular file `path` and its status, or None and the status
+    of what is there instead. The file is looked at first through an `O_PATH` handle (no
+    open side effect, no blocking) and only that very file is then opened, so a FIFO or
+    device swapped in meanwhile is reported, never opened. `follow=False`: a symlink is
+    reported as one."""
+    flags = _PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    probe = os.open(path, flags, dir_fd=dir_fd)
     try:
-        handle = os.open(name, flags, dir_fd=fd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise PathChanged(name, "is a symbolic link") from None
-        raise
-    with os.fdopen(handle, "rb") as stream:
-        info = os.fstat(stream.fileno())
+        info = os.fstat(probe)
         if not stat.S_ISREG(info.st_mode):
-            raise PathChanged(name, "is not a regular file")
+            return None, info
+        try:
+            return os.open(f"/proc/self/fd/{probe}", _READ), info
+        except FileNotFoundError:  # no /proc: open by name, then make sure it is that file
+            handle = os.open(path, _READ | os.O_NONBLOCK | flags & os.O_NOFOLLOW, dir_fd=dir_fd)
+            if not os.path.samestat(os.fstat(handle), info):
+                os.close(handle)
+                raise PathChanged(path, "changed while it was opened") from None
+            return handle, info
+    finally:
+        os.close(probe)
+
+
+def read_at(fd: int, name: str) -> tuple[bytes, os.stat_result]:
+    """The content and status of regular file `name` in directory `fd` (not a symlink)."""
+    handle, info = open_regular(name, dir_fd=fd, follow=False)
+    if handle is None:
+        raise PathChanged(name, "is no longer a regular file")
+    with os.fdopen(handle, "rb") as stream:
         return stream.read(), info
