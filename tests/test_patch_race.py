@@ -133,7 +133,9 @@ async def test_a_large_patch_does_not_stall_the_event_loop(ws: Path) -> None:
     assert out.count("\nA ") == 20_000
     assert (ws / "d7" / "f19907.txt").read_text() == "line 19907\n"
     assert took > 1.0, f"the patch took only {took:.2f}s; it cannot show a stall"
-    assert max(gaps) < min(0.5, took / 4), f"max gap {max(gaps):.3f}s over {took:.2f}s"
+    # before, the loop stopped for the whole patch (gap == took); a loaded machine may
+    # stretch both, so the bound is relative
+    assert max(gaps) < took / 4, f"max gap {max(gaps):.3f}s over {took:.2f}s"
 
 
 async def test_a_cancelled_patch_stops_its_thread_and_changes_nothing(ws: Path) -> None:
