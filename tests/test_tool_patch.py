@@ -371,6 +371,14 @@ async def test_on_request_asks_for_outside_writes(ws: Path) -> None:
     assert "outside the writable roots" in request["sandbox_problems"][0]
 
 
+async def test_an_approved_write_outside_makes_its_directories(ws: Path) -> None:
+    asked = Recorder("approved")
+    await apply(context(ws, approval="on-request", ask_permission=asked),
+                "*** Begin Patch\n*** Add File: ../new/dir/out.txt\n+x\n*** End Patch")
+    assert (ws.parent / "new" / "dir" / "out.txt").read_text() == "x\n"
+    assert len(asked.requests) == 1
+
+
 async def test_on_request_denied_changes_nothing(ws: Path) -> None:
     asked = Recorder("denied-interactively-by-user")
     with pytest.raises(ApprovalDenied, match=r"applying the patch to \.\./out\.txt was not "

@@ -112,7 +112,10 @@ class _Plan:
         return sandbox.write_problem(self.context, resolved)
 
     def check(self, resolved: str) -> None:
-        """Raise unless `resolved` may be written (again, right before writing it)."""
+        """Raise unless `resolved` may be written (again, right before writing it); a missing
+        directory above an approved path may be made."""
+        if any(path.startswith(resolved + "/") for path in self.approved):
+            return
         problem = self.problem(resolved)
         if problem is not None:
             raise WriteNotAllowed(_where(self.shown.get(resolved, resolved), resolved), problem)
