@@ -180,6 +180,11 @@ class SubsessionManager:
         child = Session(engine, config, parent=parent, profile=chosen, call_id=call_id,
                         source=source, tool_context=context)
         task = engine.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
+        # The child's session_meta goes to the writer before the parent records the spawn:
+        # the writer puts a deeper file on disk first, so no kill leaves the parent naming
+        # a child that has no rollout.
+        child.write_meta()
+        child.recorder.flush()
         record = _Child(child, Pending(task))
         self._children[child.session_id] = record
         tree._running_in_tree += 1
@@ -224,8 +229,7 @@ class SubsessionManager:
         else:
             outcome = Done(task.result())
         child = record.session
-        if not child.wrote_meta:  # cancelled before its first step: still one whole rollout
-            child.write_meta()
+        if not child.started_task:  # cancelled before its first step: still one whole rollout
             child.recorder.event({"type": "turn_aborted", "reason": "cancelled"})
             child.wrote_end = True
             for grandchild in child.subsessions._children.values():
