@@ -34,6 +34,7 @@ from subsessions.rollouts.files import make_private_dirs
 
 # Never through a symlink: a planted one would make us append to someone else's file.
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+_REPAIR = _APPEND & ~os.O_WRONLY | os.O_RDWR  # after a failed append: read its last byte
 
 
 class _Clock:
@@ -151,7 +152,7 @@ class RolloutWriter:
             if folder not in self._made_dirs:
                 make_private_dirs(folder)
                 self._made_dirs.add(folder)
-            fd = os.open(path, _APPEND, 0o600)
+            fd = os.open(path, _REPAIR if path in self._torn else _APPEND, 0o600)
         except OSError as exc:
             self._failed[path] = f"cannot write rollout: {exc.strerror or exc}"
             return
