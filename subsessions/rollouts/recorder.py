@@ -7,10 +7,11 @@ queued up meanwhile, so no descriptor is held per idle session (10,000
 children fit under `ulimit -n 1024`), the event loop never waits on the disk,
 and a durable flush resolves once the bytes are in the file.
 
-Within a batch, deeper sessions' files are written first: a child's `session_meta`
-is handed over before its parent records `spawned child session ...`, so the
-parent's line never reaches the disk before the child's rollout exists (a kill
-in between leaves a child without a mention, never a mention without a child).
+A parent's line naming a child must never reach the disk before the child's
+`session_meta` (a kill in between would leave a mention without a child, where the
+other way round only leaves a child without a mention). So the parent's recorder
+hands the child's head to the writer before its own next lines (`before_flush`, off
+the spawn path), and within a batch the writer puts deeper sessions' files first.
 An append that fails half-way is cut back to its last whole line, so a record
 written once the disk has room again is never glued onto a fragment.
 """
@@ -228,7 +229,7 @@ class RolloutRecorder:
     capacity, so holding them until a flush would cost far more than the lines.
     """
 
-    __slots__ = ("_buffer", "_depth", "_dirty", "_writer", "path")
+    __slots__ = ("_buffer", "_depth", "_dirty", "_first", "_writer", "path")
 
     def __init__(
         self, writer: RolloutWriter, path: str, dirty: set[RolloutRecorder] | None = None,
@@ -238,6 +239,7 @@ class RolloutRecorder:
         self._buffer = bytearray()
         self._dirty = dirty  # where a recorder with unwritten lines announces itself
         self._depth = depth  # the session's: its file is written before its parent's
+        self._first: list[Callable[[], None]] | None = None  # see before_flush
         self.path = path
 
     def __repr__(self) -> str:
@@ -260,14 +262,31 @@ class RolloutRecorder:
     def event(self, payload: dict[str, Any]) -> None:
         self.record("event_msg", payload)
 
+    def before_flush(self, call: Callable[[], None]) -> None:
+        """Call `call` before this recorder's next lines go to the writer: a spawned
+        child's head is handed over first, yet not on the spawn path itself."""
+        if self._first is None:
+            self._first = [call]
+        else:
+            self._first.append(call)
+
+    def _call_first(self) -> None:
+        calls, self._first = self._first, None
+        for call in calls or ():
+            call()
+
     def flush(self) -> None:
         """Hand what is buffered to the writer without waiting for it."""
+        if self._first is not None:
+            self._call_first()
         if self._buffer:
             data, self._buffer = self._buffer, bytearray()  # handed over, not copied
             self._writer.submit(self.path, data, None, self._depth)
 
     def flush_then(self, written: Written) -> None:
         """Hand what is buffered to the writer; `written` is called once it is in the file."""
+        if self._first is not None:
+            self._call_first()
         data, self._buffer = self._buffer, bytearray()
         self._writer.submit(self.path, data, written, self._depth)
 
