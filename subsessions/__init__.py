@@ -28,6 +28,7 @@ from subsessions.errors import (
     ToolNotSupported,
     UnknownSession,
     UnknownSessionType,
+    UnsafeHome,
 )
 from subsessions.events import EventStream, SessionEvent
 from subsessions.manager import SubsessionManager
@@ -83,6 +84,7 @@ __all__ = [
     "ToolNotSupported",
     "UnknownSession",
     "UnknownSessionType",
+    "UnsafeHome",
     "Usage",
     "WaitResult",
     "__version__",

@@ -24,6 +24,7 @@ from subsessions.errors import (
 )
 from subsessions.models.base import ModelClient
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
+from subsessions.rollouts.files import secure_home
 from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
 from subsessions.session import Session
 
@@ -62,6 +63,7 @@ class Engine:
         self.home = Path(home) if home is not None else default_home()
         if "\0" in str(self.home):
             raise InvalidArguments("Engine", "home must be a path without NUL characters")
+        secure_home(self.home)  # refuses, in one line, a home another user could write
         self.model_client = model_client
         self.model = model
         self.model_provider = model_provider or str(

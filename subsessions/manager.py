@@ -185,6 +185,10 @@ class SubsessionManager:
         child = Session(engine, config, parent=parent, profile=chosen, call_id=call_id,
                         source=source, tool_context=context)
         task = engine.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
+        # The child's session_meta reaches the writer before the parent's line naming it
+        # (and the writer puts a deeper file on disk first): no kill leaves the parent
+        # naming a child that has no rollout.
+        parent.recorder.before_flush(partial(_hand_over_head, child))
         record = _Child(child, Pending(task))
         self._children[child.session_id] = record
         tree._running_in_tree += 1
@@ -229,7 +233,7 @@ class SubsessionManager:
         else:
             outcome = Done(task.result())
         child = record.session
-        if not child.wrote_meta:  # cancelled before its first step: still one whole rollout
+        if not child.started_task:  # cancelled before its first step: still one whole rollout
             child.write_meta()
             child.recorder.event({"type": "turn_aborted", "reason": "cancelled"})
             child.wrote_end = True
@@ -448,3 +452,9 @@ def _ending_data(record: _Child, outcome: ChildState) -> dict[str, Any]:
         data["error"] = outcome.error if isinstance(outcome, Failed) else "cancelled"
         data["cancelled"] = isinstance(outcome, Cancelled)
     return data
+
+
+def _hand_over_head(child: Session) -> None:
+    """A spawned child's first lines to the writer, before its parent's line naming it."""
+    child.write_meta()
+    child.recorder.flush()

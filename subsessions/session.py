@@ -87,6 +87,7 @@ class Session:
             engine.writer,
             resumed[1] if resumed else rollout_path(engine.home, self.session_id, self.started_at),
             engine.unwritten,
+            self.depth,
         )
         self.subsessions = SubsessionManager(self)
         self._child_context: ToolContext | None = None
