@@ -39,6 +39,7 @@ from subsessions.errors import (
     ToolNotSupported,
     UnknownSession,
     UnknownSessionType,
+    UnsafeHome,
 )
 from subsessions.events import EventStream, SessionEvent
 from subsessions.manager import SubsessionManager
@@ -117,6 +118,7 @@ __all__ = [
     "ToolNotSupported",
     "UnknownSession",
     "UnknownSessionType",
+    "UnsafeHome",
     "Usage",
     "WaitResult",
     "WriteNotAllowed",

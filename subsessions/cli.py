@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -13,10 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
+from subsessions._version import __version__
 from subsessions.config import SessionConfig
 from subsessions.demo import run_demo
 from subsessions.engine import Engine, default_home
-from subsessions.errors import ConfigError, SubsessionError
+from subsessions.errors import ConfigError, SubsessionError, UnknownSessionType
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import load_profiles
 from subsessions.rollouts.cli import add_rollout_commands, run_rollouts
@@ -31,11 +33,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    home_help = "state directory (default: $SUBSESSIONS_HOME, else ~/.subsessions)"
     common = _Parser(add_help=False)
-    common.add_argument(
-        "--home", type=Path, default=None,
-        help="state directory (default: $SUBSESSIONS_HOME, else ~/.subsessions)",
-    )
+    # SUPPRESS: a --home given before the command is not overwritten by the command's default
+    common.add_argument("--home", type=Path, default=argparse.SUPPRESS, help=home_help)
     model_options = _Parser(add_help=False)
     model_options.add_argument("--model", help="model id (config: model)")
     model_options.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. "
@@ -64,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="subsessions",
         description="Spawn, drive, wait for, cancel and inspect LLM sub-sessions.",
     )
+    parser.add_argument("--home", type=Path, default=None, help=home_help)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser(
         "demo", parents=[common],
@@ -111,12 +114,29 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return _run(args, sys.stdout)
+        code = _run(args, sys.stdout)
+        sys.stdout.flush()  # a reader that went away shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+    except UnknownSessionType as exc:  # only `run --profile` reaches here: name it as the user did
+        print(f"subsessions: no profile named {exc.name!r}; have: {', '.join(exc.expected)} "
+              "(see subsessions profiles list)", file=sys.stderr)
+        return 1
     except SubsessionError as exc:
         print(f"subsessions: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe (`| head`): stop quietly, as a tool killed by SIGPIPE
+    would, and point stdout at /dev/null so the flush at exit cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
@@ -152,6 +172,8 @@ def settings_from_args(args: argparse.Namespace, home: Path) -> Settings:
 
 
 def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
+    if not args.prompt.strip():
+        raise SubsessionError("PROMPT is empty: say what the session should do")
     settings = settings_from_args(args, home)
     resume = args.id if args.command == "resume" else None
     config = SessionConfig(

@@ -31,6 +31,7 @@ from subsessions.profiles import (
     profile_namespace,
     resolve_profile,
 )
+from subsessions.rollouts.files import secure_home
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 
@@ -66,6 +67,7 @@ class Engine:
         home_path = Path(home) if home is not None else default_home()
         if "\0" in str(home_path):
             raise InvalidArguments("Engine", "home must be a path without NUL characters")
+        secure_home(home_path)  # refuses, in one line, a home another user could write
         cwd = os.getcwd()
         self._sessions: dict[str, Session] = {}
         self._dispatcher: Dispatcher[Session] = Dispatcher()

@@ -23,7 +23,8 @@
     ├── ProfileError              a profile file is malformed
     ├── ConfigError               config.toml or a flag is malformed
     │   └── MissingApiKey         the provider's key variable is not set
-    └── RolloutError              a rollout file cannot be written or read
+    ├── RolloutError              a rollout file cannot be written or read
+    └── UnsafeHome                the home is owned or writable by another user
 
 Messages are built from the fields, so the texts of DESIGN 3.1 live here only.
 """
@@ -193,3 +194,12 @@ class RolloutError(SubsessionError):
         self.path = path
         self.problem = problem
         super().__init__(f"{path}: {problem}")
+
+
+class UnsafeHome(SubsessionError):
+    """Like ssh with `~/.ssh`: a home others can write could be made to lie or to overwrite."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"refusing home {path}: {problem}")

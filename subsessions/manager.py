@@ -160,6 +160,10 @@ class SubsessionManager:
             parent.write_meta()
         child = parent.new_child(config, chosen, call_id, source)
         task = runtime.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
+        # The child's session_meta reaches the writer before the parent's line naming it
+        # (and the writer puts a deeper file on disk first): no kill leaves the parent
+        # naming a child that has no rollout.
+        parent.recorder.before_flush(partial(_hand_over_head, child))
         record = Record(child, Pending(task))
         self._children[child.session_id] = record
         tree.child_started()
@@ -365,3 +369,9 @@ class SubsessionManager:
             child.waited = True
         if pending:
             await asyncio.wait([child.finished for child in pending])
+
+
+def _hand_over_head(child: Member) -> None:
+    """A spawned child's first lines to the writer, before its parent's line naming it."""
+    child.write_meta()
+    child.recorder.flush()

@@ -19,11 +19,12 @@ from attrs import evolve
 
 from subsessions.children import Cancelled, Done, Ending, Failed
 from subsessions.config import SessionConfig
-from subsessions.errors import SessionBusy
+from subsessions.errors import RolloutError, SessionBusy
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts import Rollout, find_rollout, list_rollouts, read_rollout
-from subsessions.rollouts.status import parse_stamp, writer_claim
+from subsessions.rollouts.status import writer_claim
+from subsessions.rollouts.values import optional_text, parse_stamp, text
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 
@@ -67,10 +68,19 @@ def _config(rollout: Rollout, base: SessionConfig | None) -> SessionConfig:
     )
 
 
-def _usage(rollout: Rollout) -> TokenUsage:
+def _usage(rollout: Rollout, damaged: list[str]) -> TokenUsage:
+    """The last running total; one that is not whole numbers counts as none, and is reported."""
     counts = rollout.events("token_count")
-    total = (counts[-1].get("info") or {}).get("total_token_usage", {}) if counts else {}
-    return TokenUsage(int(total.get("input_tokens", 0)), int(total.get("output_tokens", 0)))
+    info = counts[-1].get("info") if counts else None
+    if info is None:  # no model call yet (Codex writes `info: null` then)
+        return TokenUsage()
+    total = info.get("total_token_usage") if isinstance(info, dict) else None
+    numbers = (total.get("input_tokens", 0), total.get("output_tokens", 0)) if isinstance(
+        total, dict) else (None, None)
+    if not all(type(n) is int and n >= 0 for n in numbers):
+        damaged.append(f"the token counts of {rollout.session_id} (counted as 0)")
+        return TokenUsage()
+    return TokenUsage(*numbers)
 
 
 def _ending(rollout: Rollout) -> Ending:
@@ -81,29 +91,38 @@ def _ending(rollout: Rollout) -> Ending:
         return Cancelled()
     if status == "failed":
         errors = rollout.events("error")
-        return Failed(str(errors[-1].get("message", "failed")) if errors else "failed")
+        return Failed((text(errors[-1].get("message")) or "failed") if errors else "failed")
     if status == "running":
         return Failed("still running in another process; it cannot be waited for from here")
     return Failed(f"{status}: the process that ran it ended before it finished")
 
 
-def _adopt_children(runtime: Runtime, session: Session, parent_id: str) -> None:
+def _adopt_children(
+    runtime: Runtime, session: Session, parent_id: str, damaged: list[str]
+) -> None:
+    """Know each child from its rollout; what of it is damaged is left out and reported."""
     for summary in reversed(list_rollouts(runtime.home, parent=parent_id)):  # oldest first
         try:
             child_rollout = read_rollout(summary.path)
-        except Exception:  # unreadable: it is listed as such by `rollouts list`
+        except RolloutError:  # unreadable: it is listed as such by `rollouts list`
+            damaged.append(f"child {summary.session_id} (unreadable)")
             continue
         meta = child_rollout.meta
+        source = meta.get("source")
         child = Session(
             runtime, _config(child_rollout, None), parent=session,
-            profile=Profile(name=str(meta.get("session_type") or "custom")),
-            source=meta.get("source", "exec"),
+            profile=Profile(name=optional_text(meta.get("session_type")) or "custom"),
+            source=source if isinstance(source, (str, dict)) else "exec",
             resumed=(child_rollout.session_id, child_rollout.path),
         )
-        child.token_usage = _usage(child_rollout)
+        child.token_usage = _usage(child_rollout, damaged)
         child.started_at = parse_stamp(meta.get("timestamp")) or child.started_at
-        last = child_rollout.records[-1]["timestamp"] if child_rollout.records else None
-        session.subsessions.adopt_ended(child, _ending(child_rollout), parse_stamp(last))
+        ended = None
+        if child_rollout.records:
+            ended = parse_stamp(child_rollout.records[-1].get("timestamp"))
+            if ended is None:
+                damaged.append(f"when {child_rollout.session_id} ended (no timestamp)")
+        session.subsessions.adopt_ended(child, _ending(child_rollout), ended)
 
 
 def load(home: Path, id_or_path: str | os.PathLike[str]) -> tuple[str, Rollout]:
@@ -137,16 +156,19 @@ def rebuild(
             session.recorder.start_new_line()  # never glue a new line onto a torn one
     items = rollout.response_items()
     session.history.extend(items)
-    session.token_usage = _usage(rollout)
+    damaged: list[str] = []
+    session.token_usage = _usage(rollout, damaged)
     if fork:
         for item in items:
             session.recorder.record("response_item", item)
+    if not fork:
+        _adopt_children(runtime, session, rollout.session_id, damaged)
     note = f"{'forked from' if fork else 'resumed'} {rollout.session_id} with {len(items)} items"
     if rollout.skipped:
         lines = ", ".join(f"{s.line} ({s.reason})" for s in rollout.skipped[:20])
         note += f"; skipped unreadable lines: {lines}"
+    if damaged:
+        note += f"; skipped what was damaged: {', '.join(damaged[:20])}"
     session.recorder.event({"type": "background_event", "message": note})
-    if not fork:
-        _adopt_children(runtime, session, rollout.session_id)
     session.resume_report = note
     return session

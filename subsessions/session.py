@@ -79,6 +79,7 @@ class Session:
             resumed[1] if resumed else rollout_path(runtime.home, self.session_id,
                                                     self.started_at),
             runtime.unwritten,
+            self.depth,
         )
         self.events: EventHub = EventHub(
             self.session_id, parent.events if parent else None, call_id

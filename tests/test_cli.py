@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import orjson
 import pytest
 
+from subsessions._version import __version__
 from subsessions.rollouts import read_rollout, rollout_files
+from subsessions.rollouts.recorder import rollout_path
 
 BUILTINS = ("default", "linter_fixer", "mathematician", "tester")
 NESTED = re.compile(r"^(?:│   |    )+[├└]── [0-9a-f-]{36}  ", re.M)
@@ -199,3 +203,101 @@ def test_rollouts_show_bad_id_is_one_line_error(
     assert result.returncode == 1
     assert bad in assert_one_line_error(result)
     assert result.stdout == ""
+
+
+# -- a closed pipe ----------------------------------------------------------------------------
+
+
+def big_rollouts(home: Path, count: int) -> list[str]:
+    """`count` finished sessions with long model names, the first with a 2 MB message: more
+    than a pipe holds, so a reader that stops early closes it under the writer."""
+    ids = []
+    for n in range(count):
+        started = 1_790_000_000 + n
+        session_id = str(uuid.UUID(int=(started * 1000 << 80) | (0x7 << 76) | (0b10 << 62)))
+        meta = {"id": session_id, "timestamp": "2026-09-21T12:00:00Z", "source": "exec",
+                "model": "m" * 30_000}
+        said = {"type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": "line\n" * (400_000 if n == 0 else 1)}]}
+        lines = [("session_meta", meta), ("event_msg", {"type": "task_started"}),
+                 ("response_item", said), ("event_msg", {"type": "task_complete"})]
+        path = Path(rollout_path(home, session_id, started))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(
+            orjson.dumps({"timestamp": "2026-09-21T12:00:01Z", "type": kind, "payload": payload})
+            + b"\n" for kind, payload in lines))
+        ids.append(session_id)
+    return ids
+
+
+@pytest.mark.parametrize("action", ["list", "show"])
+def test_output_into_a_pipe_closed_early_ends_quietly(tmp_path: Path, action: str) -> None:
+    home = tmp_path / "home"
+    ids = big_rollouts(home, 40)
+    args = ["list", "--json"] if action == "list" else ["show", ids[0]]
+    expected = f'{{"id":"{ids[-1]}"' if action == "list" else f"session {ids[0]}"
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "subsessions", "rollouts", *args, "--home", str(home)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert writer.stdout is not None and writer.stderr is not None
+    head = subprocess.Popen(["head", "-1"], stdin=writer.stdout, stdout=subprocess.PIPE)
+    writer.stdout.close()  # only `head` reads it now
+    shown, _ = head.communicate(timeout=60)
+    err = writer.stderr.read()
+    writer.stderr.close()
+    assert err == b""
+    assert writer.wait(timeout=60) == 128 + signal.SIGPIPE  # as if SIGPIPE had ended it
+    (line,) = shown.decode().splitlines()
+    assert line.startswith(expected)
+
+
+# -- the command line's own mistakes --------------------------------------------------------
+
+
+def test_home_before_the_command(demo: tuple[Path, list[str]], tmp_path: Path) -> None:
+    home, ids = demo
+    for args in (("--home", str(home), "rollouts", "list", "--json"),
+                 ("--home", str(tmp_path / "elsewhere"), "rollouts", "list", "--json",
+                  "--home", str(home))):  # the one nearer the command wins
+        result = cli(*args, cwd=tmp_path)
+        assert (result.returncode, result.stderr) == (0, "")
+        assert [orjson.loads(line)["id"] for line in result.stdout.splitlines()] == ids[::-1]
+    shown = cli("--home", str(home), "rollouts", "show", ids[0], cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.startswith(f"session {ids[0]}")
+
+
+def test_version(tmp_path: Path) -> None:
+    result = cli("--version", cwd=tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0, f"subsessions {__version__}\n", "")
+
+
+def test_nothing_to_show_says_so_and_exits_1(demo: tuple[Path, list[str]], tmp_path: Path) -> None:
+    home, _ = demo
+    missing, empty = tmp_path / "nonexistent", tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        (("rollouts", "list", "--home", str(missing)), f"{missing}: no such directory"),
+        (("rollouts", "tree"), f"{tmp_path / 'default-home'}: no such directory"),
+        (("rollouts", "list", "--home", str(empty)), f"no sessions in {empty}"),
+        (("rollouts", "tree", "--home", str(empty)), f"no sessions in {empty}"),
+        (("rollouts", "list", "--source", "nope", "--home", str(home)),
+         "no sessions match --source nope (sources are cli, exec, mcp, subsession)"),
+        (("rollouts", "list", "--json", "--status", "failed", "--home", str(home)),
+         "no sessions match --status failed"),
+    ]
+    for args, message in cases:
+        result = cli(*args, cwd=tmp_path)
+        assert result.returncode == 1 and result.stdout == "", args  # no empty table
+        assert assert_one_line_error(result).startswith(f"subsessions: {message}"), args
+
+
+def test_run_mistakes_are_told_in_the_users_words(tmp_path: Path) -> None:
+    offline = ("--home", str(tmp_path / "home"), "--base-url", "http://127.0.0.1:9/v1")
+    err = assert_one_line_error(cli("run", "hello", "--profile", "nope", *offline, cwd=tmp_path))
+    assert err == ("subsessions: no profile named 'nope'; have: default, linter_fixer, "
+                   "mathematician, tester (see subsessions profiles list)\n")
+    for empty in ("", "  \n"):
+        err = assert_one_line_error(cli("run", empty, *offline, cwd=tmp_path))
+        assert err == "subsessions: PROMPT is empty: say what the session should do\n"

@@ -7,6 +7,7 @@ parent keeps the result, error, usage, status and path.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import tracemalloc
 from pathlib import Path
@@ -72,8 +73,12 @@ async def test_a_parent_of_many_ended_children_keeps_their_results_not_their_his
             before = tracemalloc.get_traced_memory()[0]
             ids = [await manager.spawn_child("dumper", f"task {i}") for i in range(n)]
             results = [await manager.wait_child(cid) for cid in ids]
-            gc.collect()
-            per_child = (tracemalloc.get_traced_memory()[0] - before) / n
+            for _ in range(20):  # what is still in flight elsewhere (callbacks, other threads)
+                gc.collect()  # settles within moments; what the parent keeps stays
+                per_child = (tracemalloc.get_traced_memory()[0] - before) / n
+                if per_child < OUTPUT / 10:
+                    break
+                await asyncio.sleep(0.05)
         finally:
             tracemalloc.stop()
         assert results == [f"saw {OUTPUT}"] * n

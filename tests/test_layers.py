@@ -97,7 +97,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # ARCHITECTURE.md's layers, bottom to top: a module imports only from its own layer or below.
 LAYERS: dict[int, tuple[str, ...]] = {
     0: ("_version", "clock", "errors", "handlers", "ids", "items", "mcp", "rollouts.status",
-        "tools.process", "tools.safe_commands", "urls", "usage"),
+        "rollouts.values", "tools.process", "tools.safe_commands", "urls", "usage"),
     1: ("children", "config", "events", "handlers.ask_user", "profiles", "settings", "specs",
         "tools.schema", "tree"),
     2: ("mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
@@ -105,8 +105,9 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "models.openai_responses", "models.scripted", "rollouts", "rollouts.files",
         "rollouts.follow", "rollouts.index", "rollouts.listing", "rollouts.reader",
         "rollouts.recorder", "rollouts.records", "rollouts.render", "rollouts.summary", "tools",
-        "tools.apply_patch", "tools.approval", "tools.context", "tools.errors", "tools.files",
-        "tools.patch", "tools.sandbox", "tools.shell"),
+        "tools.apply_patch", "tools.approval", "tools.beneath",
+        "tools.context", "tools.errors", "tools.files", "tools.patch", "tools.patch_commit",
+        "tools.sandbox", "tools.shell"),
     3: ("dispatch", "runtime"),
     4: ("composition", "manager"),
     5: ("handlers.subsessions", "router", "task"),

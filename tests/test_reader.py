@@ -633,7 +633,9 @@ def test_tree_survives_a_parent_cycle_in_hand_made_files(home: Path) -> None:
     a, b = uuid7_at(START), uuid7_at(START + 1)
     write_rollout(home, session_id=a, parent=b, started=START)
     write_rollout(home, session_id=b, parent=a, started=START + 1)
-    assert rollout_tree(home) == []  # nobody is a root
+    (cut,) = rollout_tree(home)  # the oldest of the cycle is shown as a root, and marked
+    assert (cut.rollout.session_id, cut.cycle) == (a, True)
+    assert [(n.rollout.session_id, n.cycle, n.children) for n in cut.children] == [(b, False, ())]
     (root,) = rollout_tree(home, a)
     assert [n.rollout.session_id for n in root.children] == [b]
     assert root.children[0].children == ()

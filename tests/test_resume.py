@@ -472,6 +472,48 @@ async def test_a_resumed_parent_reports_how_long_its_children_ran(home: Path) ->
     assert old.duration_ms == pytest.approx(5_000, abs=1_000)
 
 
+async def test_damaged_children_are_reported_and_the_rest_resumes(home: Path) -> None:
+    ids = await parent_with_children(home)
+    paths = {r.session_id: Path(r.path) for r in list_rollouts(home, parent=ids["parent"])}
+    done = records(paths[ids["done"]])
+    del done[-1]["timestamp"]  # the last record of a child lost its timestamp
+    paths[ids["done"]].write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in done))
+    gone = dead_pid()
+    source = {"subsession": {"parent_session_id": ids["parent"], "depth": 1,
+                             "session_type": "worker", "call_id": "spawn_counted"}}
+
+    def counted(info: object) -> str:
+        """A child that ended well but whose token count is not what a reader expects."""
+        session_id, _ = write_rollout(
+            home, *open_task("count", gone), ("event_msg", {"type": "token_count", "info": info}),
+            ("event_msg", {"type": "task_complete", "last_agent_message": "counted"}),
+            pid=gone, source=source, session_type="worker",
+        )
+        return session_id
+
+    listed = counted([1, 2])
+    worded = counted({"total_token_usage": {"input_tokens": "many", "output_tokens": 3}})
+
+    async with Engine(home, model_client=ScriptedModel(answering("still here"))) as engine:
+        parent = await engine.resume_session(ids["parent"])
+        manager = parent.subsessions
+        assert await manager.wait_child(ids["done"], timeout=0) == "ok done"
+        assert await manager.wait_child(listed, timeout=0) == "counted"
+        assert await manager.wait_child(worded, timeout=0) == "counted"
+        with pytest.raises(ChildCancelled):
+            await manager.wait_child(ids["cancelled"], timeout=0)
+        usage = {info.session_id: info.usage.total_tokens for info in manager.children()}
+        assert usage[listed] == usage[worded] == 0 < usage[ids["done"]]
+        assert await parent.send_and_wait("and now?") == "still here"
+
+    report = parent.resume_report or ""
+    damaged = report.partition("; skipped what was damaged: ")[2]
+    assert f"the token counts of {listed}" in damaged and f"the token counts of {worded}" in damaged
+    assert f"when {ids['done']} ended" in damaged
+    assert ids["failed"] not in damaged and ids["cancelled"] not in damaged
+    assert report in background_messages(Path(parent.recorder.path))
+
+
 async def test_the_model_of_a_resumed_parent_can_wait_for_an_earlier_child(home: Path) -> None:
     ids = await parent_with_children(home)
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from swap_support import swapping
 from tools_support import ws
 
 from subsessions.config import Invocation, Tool
@@ -216,3 +219,49 @@ def test_builtin_tools(ws: Path) -> None:
     with pytest.raises(ValueError, match="unknown built-in tool 'bash'; expected one of: shell, "
                        "apply_patch, read_file, list_dir"):
         builtin_tools(ToolContext(cwd=str(ws)), ["shell", "bash"])
+
+
+# -- races: what is checked is what is read ------------------------------------------------
+
+
+async def test_a_file_swapped_for_a_fifo_is_refused_never_opened(ws: Path) -> None:
+    """Opening a FIFO with no writer blocks forever: read_file must look before it opens."""
+    (ws / "f.txt").write_text("text\n")
+    os.mkfifo(ws / "alt")
+    seen: set[str] = set()
+    try:
+        async with swapping(ws, "f.txt", "alt"):
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                try:
+                    out = await asyncio.wait_for(call(ws, "read_file", path="f.txt"), 10)
+                except FileToolError as exc:
+                    assert str(exc) == "read_file: f.txt is not a regular file"
+                    seen.add("refused")
+                else:
+                    assert out == "     1\ttext\n"
+                    seen.add("read")
+    finally:
+        for name in ("f.txt", "alt"):  # release a reader an unsafe open left blocked
+            with contextlib.suppress(OSError):
+                os.close(os.open(ws / name, os.O_WRONLY | os.O_NONBLOCK))
+    assert seen == {"read", "refused"}
+
+
+async def test_list_dir_never_descends_into_a_directory_swapped_for_a_symlink(
+    ws: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("s")
+    (ws / "sub").mkdir()
+    (ws / "sub" / "mine.txt").write_text("m")
+    (ws / "alt").symlink_to(outside)
+    listed = 0
+    async with swapping(ws, "sub", "alt"):  # the real directory is under either name
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            out = await call(ws, "list_dir", path=".")
+            assert "secret.txt" not in out, out
+            listed += "\n  mine.txt  1 B\n" in out
+    assert listed > 0

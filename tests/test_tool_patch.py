@@ -275,11 +275,11 @@ async def test_a_failure_while_writing_restores_everything(
     real_replace = os.replace
     calls = []
 
-    def failing_replace(src: str, dst: str) -> None:
+    def failing_replace(src: str, dst: str, **fds: int) -> None:
         calls.append(dst)
         if len(calls) == 2:
             raise OSError(28, "No space left on device", dst)
-        real_replace(src, dst)
+        real_replace(src, dst, **fds)
 
     monkeypatch.setattr(apply_patch_module.os, "replace", failing_replace)
     with pytest.raises(FileToolError, match=r"cannot change .*b\.txt: No space left on device; "
@@ -369,6 +369,14 @@ async def test_on_request_asks_for_outside_writes(ws: Path) -> None:
     assert request["reason"] == "outside-sandbox"
     assert request["tool_call_id"] == "call_7"
     assert "outside the writable roots" in request["sandbox_problems"][0]
+
+
+async def test_an_approved_write_outside_makes_its_directories(ws: Path) -> None:
+    asked = Recorder("approved")
+    await apply(context(ws, approval="on-request", ask_permission=asked),
+                "*** Begin Patch\n*** Add File: ../new/dir/out.txt\n+x\n*** End Patch")
+    assert (ws.parent / "new" / "dir" / "out.txt").read_text() == "x\n"
+    assert len(asked.requests) == 1
 
 
 async def test_on_request_denied_changes_nothing(ws: Path) -> None:

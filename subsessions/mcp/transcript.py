@@ -8,26 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from subsessions.rollouts import Rollout
+from subsessions.rollouts.values import parts_text, text
 
 _MAX_FIELD = 4000  # a tool output this long is cut in the transcript (the rollout keeps it)
 
 
-def _cut(text: str) -> str:
-    if len(text) <= _MAX_FIELD:
-        return text
-    return f"{text[:_MAX_FIELD]}… ({len(text) - _MAX_FIELD} more characters)"
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    parts = [p.get("text") for p in content if isinstance(p, dict)]
-    return "\n".join(p for p in parts if isinstance(p, str))
+def _cut(value: str) -> str:
+    if len(value) <= _MAX_FIELD:
+        return value
+    return f"{value[:_MAX_FIELD]}… ({len(value) - _MAX_FIELD} more characters)"
 
 
 def _source(meta: dict[str, Any]) -> str:
@@ -39,35 +29,18 @@ def _source(meta: dict[str, Any]) -> str:
     return str(source)
 
 
-def _ending(records: tuple[dict[str, Any], ...]) -> str:
-    for record in reversed(records):
-        payload = record.get("payload")
-        if record.get("type") != "event_msg" or not isinstance(payload, dict):
-            continue
-        kind = payload.get("type")
-        if kind == "task_complete":
-            return "completed"
-        if kind == "turn_aborted":
-            return f"aborted ({payload.get('reason')})"
-        if kind == "error":
-            return f"failed: {payload.get('message')}"
-    return "no ending recorded (running, idle or interrupted)"
-
-
 def _item_lines(payload: dict[str, Any]) -> list[str]:
     kind = payload.get("type")
     if kind == "message":
-        return [f"[{payload.get('role')}]", _cut(_text_of(payload.get("content")))]
+        return [f"[{payload.get('role')}]", _cut(parts_text(payload.get("content"), "\n"))]
     if kind == "function_call":
         return [f"[tool call {payload.get('call_id')}] {payload.get('name')} "
                 f"{_cut(str(payload.get('arguments')))}"]
     if kind == "function_call_output":
         ok = "ok" if payload.get("success", True) is not False else "failed"
-        output = payload.get("output")
-        text = output if isinstance(output, str) else orjson.dumps(output).decode()
-        return [f"[tool output {payload.get('call_id')}, {ok}]", _cut(text)]
+        return [f"[tool output {payload.get('call_id')}, {ok}]", _cut(text(payload.get("output")))]
     if kind == "reasoning":
-        summary = _text_of(payload.get("summary"))
+        summary = parts_text(payload.get("summary"), "\n")
         return [f"[reasoning] {_cut(summary)}"] if summary else []
     return [f"[{kind}]"]
 
@@ -97,8 +70,11 @@ def render_transcript(rollout: Rollout) -> str:
         f"model: {meta.get('model')} ({meta.get('model_provider')})",
         f"started: {meta.get('timestamp')}",
         f"cwd: {meta.get('cwd')}",
-        f"status: {_ending(rollout.records)}",
+        f"status: {rollout.status}",  # the word `subsessions rollouts` and list_rollouts use
     ]
+    errors = rollout.events("error") if rollout.status == "failed" else []
+    if errors:
+        lines.append(f"error: {_cut(text(errors[-1].get('message')))}")
     if meta.get("instructions"):
         lines += ["instructions:", _cut(str(meta["instructions"]))]
     lines.append("")

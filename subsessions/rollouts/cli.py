@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from subsessions.errors import InvalidArguments
+from subsessions.errors import InvalidArguments, RolloutError
 from subsessions.ids import is_session_id
 from subsessions.rollouts.files import find_rollout, rollout_entries, unique_prefixes
 from subsessions.rollouts.follow import Tail
@@ -22,15 +22,16 @@ from subsessions.rollouts.render import (
     DIM,
     MAGENTA,
     Style,
-    local_time,
     render_record,
     seconds_text,
     wants_colour,
 )
 from subsessions.rollouts.status import STATUSES
 from subsessions.rollouts.summary import RolloutSummary, as_record, summarise
+from subsessions.rollouts.values import local_time, text
 
 _AGE = re.compile(r"(\d+)([smhd])")
+_SHOWN = 200  # characters of the instructions' first line that `show` prints
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
@@ -44,7 +45,11 @@ def add_rollout_commands(commands: Any, common: argparse.ArgumentParser) -> None
     rollouts = commands.add_parser("rollouts", help="inspect rollout files")
     actions = rollouts.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    listing = actions.add_parser("list", parents=shared, help="sessions, newest first")
+    listing = actions.add_parser(
+        "list", parents=shared, help="sessions, newest first",
+        description="Sessions, newest first. As with grep, the exit code is 1 when no "
+        "session is listed (stderr says why), so a script can test for a match.",
+    )
     listing.add_argument("--parent", metavar="ID", help="only children of this session")
     listing.add_argument("--source", help="cli, exec, mcp or subsession")
     listing.add_argument("--status", choices=STATUSES)
@@ -73,6 +78,10 @@ def add_rollout_commands(commands: Any, common: argparse.ArgumentParser) -> None
 
 
 def run_rollouts(args: argparse.Namespace, home: Path, out: TextIO) -> int:
+    """The exit code: 0, or 1 when there was nothing to show (as grep does for no match)."""
+    if not home.is_dir():
+        raise RolloutError(str(home), "no such directory, so no rollouts "
+                           "(--home DIR or $SUBSESSIONS_HOME names the home)")
     style = Style(wants_colour(out, args.color))
     if args.action == "list":
         return _list(args, home, out, style)
@@ -81,7 +90,11 @@ def run_rollouts(args: argparse.Namespace, home: Path, out: TextIO) -> int:
         return 0
     if args.action == "tail":
         return _tail(args, home, out, style)
-    print_tree(rollout_tree(home, args.id), out, style)
+    nodes = rollout_tree(home, args.id)
+    if not nodes:
+        sys.stderr.write(f"subsessions: no sessions in {home}\n")
+        return 1
+    print_tree(nodes, out, style)
     return 0
 
 
@@ -97,31 +110,55 @@ def _list(args: argparse.Namespace, home: Path, out: TextIO, style: Style) -> in
         home, parent=parent, source=args.source, status=args.status,
         since=_since(args.since), limit=args.limit or None, cursor=args.cursor,
     )
+    every = [key for key, _ in rollout_entries(home)]
     if args.json:
         for row in page:
             out.write(orjson.dumps(summary_row(row)).decode() + "\n")
-    else:
-        _table(list(page), [key for key, _ in rollout_entries(home)], out, style)
+    elif page:
+        _table(list(page), every, out, style)
     if page.unreadable:
         sys.stderr.write(f"({len(page.unreadable)} file(s) left out, not rollouts: "
                          f"{page.unreadable[0]}{' ...' if len(page.unreadable) > 1 else ''})\n")
     if page.next_cursor is not None:
         sys.stderr.write(f"(more: --cursor {page.next_cursor})\n")
+    if not page:
+        sys.stderr.write(f"subsessions: {_nothing(args, home, bool(every))}\n")
+        return 1
     return 0
 
 
-def _since(text: str | None) -> datetime | None:
-    if text is None:
+_SOURCES = ("cli", "exec", "mcp", "subsession")
+
+
+def _nothing(args: argparse.Namespace, home: Path, any_files: bool) -> str:
+    """Why a listing is empty, naming the filters that left nothing."""
+    if not any_files:
+        return f"no sessions in {home}"
+    given = [f"--{name} {value}" for name in ("parent", "source", "status", "since", "cursor")
+             if (value := getattr(args, name)) is not None]
+    if not given:
+        return f"no readable sessions in {home}"
+    hint = ""
+    if args.source is not None and args.source not in _SOURCES:
+        hint = f" (sources are {', '.join(_SOURCES)})"
+    return f"no sessions match {' '.join(given)}{hint}"
+
+
+def _since(when: str | None) -> datetime | None:
+    if when is None:
         return None
-    age = _AGE.fullmatch(text.strip())
+    age = _AGE.fullmatch(when.strip())
     if age is not None:
-        return datetime.now() - timedelta(**{_UNITS[age[2]]: int(age[1])})
+        try:
+            return datetime.now() - timedelta(**{_UNITS[age[2]]: int(age[1])})
+        except OverflowError:  # older than the calendar: every session is newer
+            return None
     try:
-        return datetime.fromisoformat(text)
+        return datetime.fromisoformat(when)
     except ValueError:
         raise InvalidArguments(
             "--since", f"expected an ISO date or time (2026-11-21, 2026-11-21T13:00) "
-            f"or an age (30m, 2h, 7d), not {text!r}"
+            f"or an age (30m, 2h, 7d), not {when!r}"
         ) from None
 
 
@@ -187,11 +224,11 @@ def _show(rollout: Rollout, out: TextIO, style: Style) -> None:
         out.write(f"  parent   {rollout.parent_id}  (depth {depth})\n")
     out.write(f"  model    {meta.get('model')} ({meta.get('model_provider')})\n")
     out.write(f"  cwd      {meta.get('cwd')}\n  file     {rollout.path}\n")
-    instructions = str(meta.get("instructions") or "").strip()
+    instructions = text(meta.get("instructions")).strip()
     if instructions:
-        lines = instructions.splitlines()
-        more = " ..." if len(lines) > 1 else ""
-        out.write(style(f"  instructions: {lines[0]}{more}", DIM) + "\n")
+        first, _, rest = instructions.partition("\n")
+        more = " ..." if rest or len(first) > _SHOWN else ""
+        out.write(style(f"  instructions: {first[:_SHOWN]}{more}", DIM) + "\n")
     for record in rollout.records:
         for line in render_record(record, style):
             out.write(line + "\n")
@@ -218,9 +255,19 @@ def _branches(nodes: list[RolloutNode], out: TextIO, style: Style, prefix: str, 
         summary = node.rollout
         kind = summary.profile or summary.source_kind
         out.write(f"{prefix}{branch}{summary.session_id}  {kind:<13} "
-                  f"{style.status(summary.status, 11)} {seconds_text(summary.duration)}\n")
+                  f"{style.status(summary.status, 11)} {seconds_text(summary.duration)}"
+                  f"{_cycle_note(node, style)}\n")
         child_prefix = prefix if top else prefix + ("    " if last else "│   ")
         _branches(list(node.children), out, style, child_prefix, top=False)
+
+
+def _cycle_note(node: RolloutNode, style: Style) -> str:
+    if not node.cycle:
+        return ""
+    parent = node.rollout.parent_id
+    if parent == node.rollout.session_id:
+        return style("  (parent cycle: names itself as its parent)", MAGENTA)
+    return style(f"  (parent cycle: its parent {parent} is below it)", MAGENTA)
 
 
 # -- tail ----------------------------------------------------------------------------------
@@ -244,8 +291,8 @@ def _tail(args: argparse.Namespace, home: Path, out: TextIO, style: Style) -> in
         return render_record(record, style)
 
     def emit(line: bytes) -> None:
-        for text in shown(line):
-            out.write(text + "\n")
+        for shown_line in shown(line):
+            out.write(shown_line + "\n")
 
     for line in tail.last(args.lines, lambda line: bool(shown(line))):
         emit(line)

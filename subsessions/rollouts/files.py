@@ -7,11 +7,13 @@ sort by creation time, so order and lookup need no file to be opened.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import re
+import stat
 from pathlib import Path
 
-from subsessions.errors import RolloutError, UnknownSession, echo
+from subsessions.errors import RolloutError, UnknownSession, UnsafeHome, echo
 from subsessions.ids import id_problem
 
 _ID_LENGTH = 36
@@ -21,6 +23,58 @@ _NAME = re.compile(
 _MAX_CANDIDATES = 10
 
 RolloutEntry = tuple[str, str]  # (session id from the name, path)
+
+
+def secure_home(home: str | os.PathLike[str]) -> None:
+    """Make the home and its `sessions/` folder (0700) if missing; refuse them if unsafe.
+
+    Both are made here, before anything is written, so nobody can plant them between
+    a check and a write. Only these two are checked, not their parents: a home under
+    `/tmp` (sticky, root's) is safe once it is ours, and a parent owned by someone
+    else is not ours to judge.
+    """
+    for folder in (os.fspath(home), os.path.join(home, "sessions")):
+        # A home that cannot be made (read-only) fails at the first write, as before.
+        with contextlib.suppress(OSError):
+            make_private_dirs(folder)
+        problem = folder_problem(folder)
+        if problem is not None:
+            raise UnsafeHome(os.fspath(home), problem)
+
+
+def folder_problem(folder: str) -> str | None:
+    """Why another user could change what is in `folder`; None if nobody but us (or root)
+    can, or if it is not there (then nothing can be written into it either)."""
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{folder} is not a directory"
+    uid = os.geteuid()
+    if info.st_uid != uid:
+        return f"{folder} is owned by uid {info.st_uid}, not by you (uid {uid})"
+    if info.st_mode & 0o022:
+        return (f"{folder} is writable by other users (mode {info.st_mode & 0o7777:04o}); "
+                f"run chmod go-w {folder}")
+    return None
+
+
+def make_private_dirs(folder: str) -> None:
+    """Like `os.makedirs`, but every folder it creates is 0700, not only the last one."""
+    missing: list[str] = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
 
 
 def rollout_entries(home: str | os.PathLike[str]) -> list[RolloutEntry]:

@@ -11,19 +11,22 @@ an index that cannot be written (a read-only home) is simply not kept.
 
 Readers append the entries they add and rewrite the file (atomically, by
 rename) once most of its lines are superseded; two readers appending at once
-only cost a duplicate line.
+only cost a duplicate line. The index is written only into a `sessions/` folder
+nobody else can write, never through a symlink, and rewritten through a fresh
+temporary file (`mkstemp`), so a name planted there cannot redirect the write.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from typing import Any
 
 import orjson
 
 from subsessions.errors import RolloutError
-from subsessions.rollouts.files import RolloutEntry
+from subsessions.rollouts.files import RolloutEntry, folder_problem
 from subsessions.rollouts.status import status_of
 from subsessions.rollouts.summary import RolloutSummary, summarise
 
@@ -82,6 +85,9 @@ class SummaryIndex:
         """Write what this listing learnt; `live` is every rollout there is now."""
         if not self._fresh or self._entries is None:
             return
+        if folder_problem(self.folder) is not None:  # someone else's or shared: no cache
+            self._fresh = []
+            return
         with contextlib.suppress(OSError):  # a cache that cannot be written is not kept
             if self._lines == 0 or self._lines > 2 * len(live):
                 self._rewrite({key for key, _ in live})
@@ -92,7 +98,7 @@ class SummaryIndex:
     def _load(self) -> dict[str, Entry]:
         self._entries = {}
         try:
-            with open(self.path, "rb") as f:
+            with open(os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as f:
                 lines = f.read().split(b"\n")
         except OSError:
             return self._entries
@@ -107,7 +113,7 @@ class SummaryIndex:
 
     def _append(self, entries: list[Entry]) -> None:
         data = b"".join(orjson.dumps(e, option=orjson.OPT_APPEND_NEWLINE) for e in entries)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             os.write(fd, data)
         finally:
@@ -117,13 +123,15 @@ class SummaryIndex:
         assert self._entries is not None
         lines = [_HEADER, *(e for k, e in self._entries.items() if k in live)]
         data = b"".join(orjson.dumps(e, option=orjson.OPT_APPEND_NEWLINE) for e in lines)
-        scratch = f"{self.path}.{os.getpid()}.tmp"
-        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        fd, scratch = tempfile.mkstemp(prefix=f"{INDEX_NAME}.", suffix=".tmp", dir=self.folder)
         try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(scratch, self.path)
+            with open(fd, "wb") as f:
+                f.write(data)
+            os.replace(scratch, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(scratch)
+            raise
         self._lines = len(lines)
 
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import overload
 
+import attrs
 from attrs import field, frozen
 
 from subsessions.errors import InvalidArguments, RolloutError
@@ -26,8 +27,9 @@ from subsessions.rollouts.files import (
     uuid7_millis,
 )
 from subsessions.rollouts.index import SummaryIndex
-from subsessions.rollouts.status import STATUSES, parse_stamp
+from subsessions.rollouts.status import STATUSES
 from subsessions.rollouts.summary import RolloutSummary
+from subsessions.rollouts.values import epoch_ms, parse_stamp
 
 
 @frozen
@@ -92,7 +94,7 @@ def _page(
     since: datetime | None,
     limit: int | None,
 ) -> RolloutPage:
-    since_ms = since.timestamp() * 1000 if since is not None else None
+    since_ms = epoch_ms(since) if since is not None else None
     items: list[RolloutSummary] = []
     unreadable: list[str] = []
     millis: int | None = None
@@ -133,12 +135,14 @@ def _older(key: str, than: str) -> bool:
 class RolloutNode:
     rollout: RolloutSummary
     children: tuple[RolloutNode, ...]
+    cycle: bool = False  # its parent is itself or one of its descendants: shown as a root
 
 
 def rollout_tree(home: str | os.PathLike[str], root_id: str | None = None) -> list[RolloutNode]:
     """Top-level sessions (or the one named) with their descendants, oldest first.
 
-    A child whose parent's rollout is missing is shown as a root of its own.
+    A child whose parent's rollout is missing is shown as a root of its own, and
+    so is the oldest session of a parent cycle (hand-made files), marked `cycle`.
     """
     every = entries = rollout_entries(home)
     root_key: str | None = None
@@ -155,18 +159,53 @@ def rollout_tree(home: str | os.PathLike[str], root_id: str | None = None) -> li
                 raise
     index.save(every)
     summaries.reverse()
-    ids = {s.session_id for s in summaries}
-    by_parent: dict[str | None, list[RolloutSummary]] = {}
-    for summary in summaries:
-        parent = summary.parent_id if summary.parent_id in ids else None
-        by_parent.setdefault(parent, []).append(summary)
+    forest = _Forest(summaries)
+    if root_key is not None:
+        (root,) = [s for s in summaries if s.key == root_key]
+        return [forest.root(root)]
+    nodes = [forest.root(s) for s in summaries if forest.parent(s) is None]
+    for summary in summaries:  # what is left hangs off a cycle: cut each at its oldest member
+        if summary.key not in forest.placed:
+            nodes.append(forest.root(forest.oldest_in_cycle(summary)))
+    order = {s.key: at for at, s in enumerate(summaries)}
+    return sorted(nodes, key=lambda node: order[node.rollout.key])
 
-    def build(summary: RolloutSummary, seen: frozenset[str]) -> RolloutNode:
-        seen = seen | {summary.session_id}  # hand-made files could form a cycle
-        kids = [k for k in by_parent.get(summary.session_id, []) if k.session_id not in seen]
-        return RolloutNode(summary, tuple(build(k, seen) for k in kids))
 
-    if root_key is None:
-        return [build(s, frozenset()) for s in by_parent.get(None, [])]
-    (root,) = [s for s in summaries if s.key == root_key]
-    return [build(root, frozenset())]
+class _Forest:
+    """Summaries linked by parent id; each is placed once, so a cycle cannot recurse."""
+
+    def __init__(self, summaries: list[RolloutSummary]) -> None:
+        self.by_id: dict[str, RolloutSummary] = {}
+        self.children: dict[str, list[RolloutSummary]] = {}
+        for summary in summaries:
+            self.by_id.setdefault(summary.session_id, summary)
+            if summary.parent_id is not None:
+                self.children.setdefault(summary.parent_id, []).append(summary)
+        self.placed: set[str] = set()  # keys
+
+    def parent(self, summary: RolloutSummary) -> RolloutSummary | None:
+        return self.by_id.get(summary.parent_id) if summary.parent_id is not None else None
+
+    def root(self, summary: RolloutSummary) -> RolloutNode:
+        below: set[str] = set()
+        node = self._build(summary, below)
+        return attrs.evolve(node, cycle=summary.parent_id in below)
+
+    def _build(self, summary: RolloutSummary, below: set[str]) -> RolloutNode:
+        self.placed.add(summary.key)
+        below.add(summary.session_id)
+        kids = [self._build(kid, below) for kid in self.children.get(summary.session_id, [])
+                if kid.key not in self.placed]
+        return RolloutNode(summary, tuple(kids))
+
+    def oldest_in_cycle(self, summary: RolloutSummary) -> RolloutSummary:
+        """The oldest session of the cycle that `summary`'s chain of parents runs into."""
+        chain: dict[str, RolloutSummary] = {}  # key -> summary, in the order walked
+        current: RolloutSummary | None = summary
+        while current is not None and current.key not in chain:
+            chain[current.key] = current
+            current = self.parent(current)
+        if current is None:  # not a cycle after all (cannot happen for unplaced summaries)
+            return summary
+        walked = list(chain)
+        return chain[min(walked[walked.index(current.key):])]

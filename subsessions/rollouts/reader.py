@@ -33,6 +33,7 @@ from subsessions.rollouts.summary import (
     meta_record,
     token_total,
 )
+from subsessions.rollouts.values import optional_stamp, text
 
 __all__ = [
     "Rollout",
@@ -98,7 +99,8 @@ class Rollout(MetaView):
     @property
     def last_agent_message(self) -> str | None:
         done = self.events("task_complete")
-        return done[-1].get("last_agent_message") if done else None
+        answer = done[-1].get("last_agent_message") if done else None
+        return None if answer is None else text(answer)
 
     @property
     def total_tokens(self) -> int:
@@ -109,7 +111,7 @@ class Rollout(MetaView):
     def duration(self) -> float | None:
         """Seconds from the session's first record to its last."""
         last = self.records[-1].get("timestamp") if self.records else self.meta_stamp
-        return duration(self.meta_stamp, last if isinstance(last, str) else None)
+        return duration(self.meta_stamp, optional_stamp(last))
 
 
 def _lines(data: bytes) -> Iterator[tuple[int, bytes, bool]]:
@@ -140,20 +142,18 @@ def read_rollout(path: str | os.PathLike[str]) -> Rollout:
     head = meta_record(first[1], path)
     records: list[dict[str, Any]] = []
     skipped: list[SkippedLine] = []
-    for number, text, whole in lines:
-        if not text.strip():
+    for number, line, whole in lines:
+        if not line.strip():
             continue
-        record = as_record(text)
+        record = as_record(line)
         if record is not None:
             records.append(record)
         elif not whole:
             skipped.append(SkippedLine(number, TORN))
         else:
-            skipped.append(SkippedLine(number, _why(text)))
-    stamp = head.get("timestamp")
+            skipped.append(SkippedLine(number, _why(line)))
     return Rollout(
-        path, head["payload"], tuple(records), tuple(skipped),
-        stamp if isinstance(stamp, str) else None,
+        path, head["payload"], tuple(records), tuple(skipped), optional_stamp(head.get("timestamp"))
     )
 
 

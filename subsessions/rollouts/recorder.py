@@ -6,6 +6,14 @@ writer thread opens, appends and closes each file, batching everything that
 queued up meanwhile, so no descriptor is held per idle session (10,000
 children fit under `ulimit -n 1024`), the event loop never waits on the disk,
 and a durable flush resolves once the bytes are in the file.
+
+A parent's line naming a child must never reach the disk before the child's
+`session_meta` (a kill in between would leave a mention without a child, where the
+other way round only leaves a child without a mention). So the parent's recorder
+hands the child's head to the writer before its own next lines (`before_flush`, off
+the spawn path), and within a batch the writer puts deeper sessions' files first.
+An append that fails half-way is cut back to its last whole line, so a record
+written once the disk has room again is never glued onto a fragment.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +32,11 @@ import orjson
 
 from subsessions.clock import clock
 from subsessions.errors import RolloutError
+from subsessions.rollouts.files import make_private_dirs
 
-_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+# Never through a symlink: a planted one would make us append to someone else's file.
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+_REPAIR = _APPEND & ~os.O_WRONLY | os.O_RDWR  # after a failed append: read its last byte
 
 # Called on the event loop once a chunk is in its file (None) or could not be written.
 Written = Callable[[RolloutError | None], None]
@@ -36,7 +47,7 @@ class RolloutWriter:
     """Appends queued chunks to their files on one background thread."""
 
     def __init__(self) -> None:
-        self._queue: deque[tuple[str, bytes | bytearray, Written | None]] = deque()
+        self._queue: deque[tuple[str, bytes | bytearray, Written | None, int]] = deque()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -45,19 +56,23 @@ class RolloutWriter:
         self._made_dirs: set[str] = set()
         self._idle = False  # the thread is (about to be) waiting for work
         self._failed: dict[str, str] = {}  # lost writes, reported at the next durable flush
+        self._torn: set[str] = set()  # a failed append may have left a line unended here
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping else "running" if self._thread else "idle"
         return f"<RolloutWriter {state} queued={len(self._queue)}>"
 
-    def submit(self, path: str, data: bytes | bytearray, waiter: Written | None) -> None:
+    def submit(
+        self, path: str, data: bytes | bytearray, waiter: Written | None, depth: int = 0
+    ) -> None:
+        """Queue a chunk; in a batch, files of a greater `depth` are written first."""
         if self._stopping:
             raise RuntimeError("rollout writer is closed")
         if self._thread is None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._run, name="rollout-writer", daemon=True)
             self._thread.start()
-        self._queue.append((path, data, waiter))
+        self._queue.append((path, data, waiter, depth))
         if self._idle:  # a busy writer drains the queue before it sleeps again
             self._wake.set()
 
@@ -91,15 +106,21 @@ class RolloutWriter:
         """Write what is queued. A method of its own so that the round's chunks are freed
         when it returns, not kept by the thread's locals while it sleeps."""
         batch: dict[str, list[bytes | bytearray]] = {}
+        depths: dict[str, int] = {}
         waiters: list[_Waiter] = []
         while self._queue:
-            path, data, waiter = self._queue.popleft()
+            path, data, waiter, depth = self._queue.popleft()
             if data:  # an empty flush only waits for what came before it
                 batch.setdefault(path, []).append(data)
+                if depth:
+                    depths[path] = depth
             if waiter is not None:
                 waiters.append((waiter, path))
-        for path, chunks in batch.items():
-            self._append(path, b"".join(chunks))
+        paths: Iterable[str] = batch
+        if depths:  # children before parents (stable: otherwise in the order queued)
+            paths = sorted(batch, key=lambda p: -depths.get(p, 0))
+        for path in paths:
+            self._append(path, b"".join(batch[path]))
         if waiters:
             reported = {path: self._failed.pop(path) for _, path in waiters
                         if path in self._failed}
@@ -114,36 +135,49 @@ class RolloutWriter:
         try:
             folder = os.path.dirname(path)
             if folder not in self._made_dirs:
-                _make_private_dirs(folder)
+                make_private_dirs(folder)
                 self._made_dirs.add(folder)
-            fd = os.open(path, _APPEND, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
+            fd = os.open(path, _REPAIR if path in self._torn else _APPEND, 0o600)
         except OSError as exc:
             self._failed[path] = f"cannot write rollout: {exc.strerror or exc}"
+            return
         except Exception as exc:  # e.g. a path the OS rejects: the thread must live on
             self._failed[path] = f"cannot write rollout: {exc}"
-
-
-def _make_private_dirs(folder: str) -> None:
-    """Like `os.makedirs`, but every folder it creates is 0700, not only the last one."""
-    missing: list[str] = []
-    while folder and not os.path.isdir(folder):
-        missing.append(folder)
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    for path in reversed(missing):
+            return
+        written = 0
         try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            if not os.path.isdir(path):
-                raise
+            if path in self._torn and _ends_torn(fd):
+                data = b"\n" + data  # end the fragment a failed append could not cut off
+            view = memoryview(data)
+            while written < len(data):
+                written += os.write(fd, view[written:])
+            self._torn.discard(path)
+        except OSError as exc:
+            self._torn.add(path)
+            kept = _cut_to_whole_line(fd, data, written)
+            self._failed.setdefault(  # the first loss is the one reported
+                path, f"cannot write rollout: {exc.strerror or exc} "
+                f"({len(data) - kept} bytes of records lost)"
+            )
+        finally:
+            os.close(fd)
+
+
+def _ends_torn(fd: int) -> bool:
+    """Whether the file does not end with a whole line (a failed append's fragment)."""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+
+
+def _cut_to_whole_line(fd: int, data: bytes, written: int) -> int:
+    """Drop what a failed append wrote after its last whole line; how much of it stays.
+
+    The file has one writer (this thread), so it ended where this append began."""
+    kept = data.rfind(b"\n", 0, written) + 1
+    if kept < written:
+        with contextlib.suppress(OSError):  # else left torn: the next append starts a line
+            os.ftruncate(fd, os.fstat(fd).st_size - written + kept)
+    return kept
 
 
 def _resolve(waiters: list[_Waiter], failed: dict[str, str]) -> None:
@@ -179,14 +213,17 @@ class RolloutRecorder:
     capacity, so holding them until a flush would cost far more than the lines.
     """
 
-    __slots__ = ("_buffer", "_dirty", "_writer", "path")
+    __slots__ = ("_buffer", "_depth", "_dirty", "_first", "_writer", "path")
 
     def __init__(
-        self, writer: RolloutWriter, path: str, dirty: set[RolloutRecorder] | None = None
+        self, writer: RolloutWriter, path: str, dirty: set[RolloutRecorder] | None = None,
+        depth: int = 0,
     ) -> None:
         self._writer = writer
         self._buffer = bytearray()
         self._dirty = dirty  # where a recorder with unwritten lines announces itself
+        self._depth = depth  # the session's: its file is written before its parent's
+        self._first: list[Callable[[], None]] | None = None  # see before_flush
         self.path = path
 
     def __repr__(self) -> str:
@@ -209,16 +246,33 @@ class RolloutRecorder:
     def event(self, payload: dict[str, Any]) -> None:
         self.record("event_msg", payload)
 
+    def before_flush(self, call: Callable[[], None]) -> None:
+        """Call `call` before this recorder's next lines go to the writer: a spawned
+        child's head is handed over first, yet not on the spawn path itself."""
+        if self._first is None:
+            self._first = [call]
+        else:
+            self._first.append(call)
+
+    def _call_first(self) -> None:
+        calls, self._first = self._first, None
+        for call in calls or ():
+            call()
+
     def flush(self) -> None:
         """Hand what is buffered to the writer without waiting for it."""
+        if self._first is not None:
+            self._call_first()
         if self._buffer:
             data, self._buffer = self._buffer, bytearray()  # handed over, not copied
-            self._writer.submit(self.path, data, None)
+            self._writer.submit(self.path, data, None, self._depth)
 
     def flush_then(self, written: Written) -> None:
         """Hand what is buffered to the writer; `written` is called once it is in the file."""
+        if self._first is not None:
+            self._call_first()
         data, self._buffer = self._buffer, bytearray()
-        self._writer.submit(self.path, data, written)
+        self._writer.submit(self.path, data, written, self._depth)
 
     def flush_durable(self) -> asyncio.Future[None]:
         """Hand what is buffered to the writer; the future resolves once it is in the file."""

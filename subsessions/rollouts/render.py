@@ -7,13 +7,11 @@ what a script or a test reads is the same text without escape codes.
 from __future__ import annotations
 
 import os
-from datetime import datetime
 from typing import Any, TextIO
 
 import orjson
 
-from subsessions.items import message_text
-from subsessions.rollouts.status import parse_stamp
+from subsessions.rollouts.values import local_time, parts_text, text
 
 _RESET = "\x1b[0m"
 BOLD, DIM, RED, GREEN, YELLOW, BLUE, MAGENTA, CYAN = "1", "2", "31", "32", "33", "34", "35", "36"
@@ -52,14 +50,6 @@ class Style:
         return self(text.ljust(width), STATUS_COLOURS.get(text, ""))
 
 
-def local_time(stamp: object) -> str:
-    """A rollout timestamp (UTC) as local `YYYY-MM-DD hh:mm:ss`, "-" when there is none."""
-    seconds = parse_stamp(stamp)
-    if seconds is None:
-        return "-"
-    return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def seconds_text(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -93,42 +83,41 @@ def render_record(record: dict[str, Any], style: Style) -> list[str]:
     if kind == "task_complete":
         return [style("  * task complete", GREEN)]
     if kind == "turn_aborted":
-        return [style(f"  * turn aborted: {payload.get('reason', '?')}", YELLOW)]
+        return [style(f"  * turn aborted: {text(payload.get('reason')) or '?'}", YELLOW)]
     if kind == "error":
-        return [style(line, RED) for line in _block("  * error: ", str(payload.get("message")))]
+        return [style(line, RED) for line in _block("  * error: ", text(payload.get("message")))]
     if kind == "background_event":
-        return [style(f"  * {payload.get('message')}", MAGENTA)]
-    return [style(f"  * {kind}", DIM)]
+        return [style(f"  * {text(payload.get('message'))}", MAGENTA)]
+    return [style(f"  * {text(kind)}", DIM)]
 
 
 def _item(payload: dict[str, Any], kind: object, style: Style) -> list[str]:
     if kind == "message":
-        role = str(payload.get("role"))
+        role = text(payload.get("role")) or "?"
         tag = style(f"[{role}]", BOLD, _ROLE_COLOURS.get(role, DIM))
-        return _block(f"{tag} ", message_text(payload) or "")
+        return _block(f"{tag} ", parts_text(payload.get("content")))
     if kind == "function_call":
-        call = f"  -> {payload.get('name')}({payload.get('arguments')})"
-        return [style(call, YELLOW) + style(f"  [{payload.get('call_id')}]", DIM)]
+        call = f"  -> {text(payload.get('name'))}({text(payload.get('arguments'))})"
+        return [style(call, YELLOW) + style(f"  [{text(payload.get('call_id'))}]", DIM)]
     if kind == "function_call_output":
         ok = payload.get("success", True) is not False
         mark = style("  <- ok: ", BLUE) if ok else style("  <- failed: ", RED)
         return _block(mark, _output_text(payload.get("output")), _INDENT + "  ")
     if kind == "reasoning":
-        parts = payload.get("summary") or ()
-        text = " ".join(p.get("text", "") for p in parts if isinstance(p, dict))
-        return [style(line, DIM) for line in _block("  (reasoning) ", text or "...")]
-    return [style(f"  ({kind})", DIM)]
+        summary = parts_text(payload.get("summary"), " ")
+        return [style(line, DIM) for line in _block("  (reasoning) ", summary or "...")]
+    return [style(f"  ({text(kind)})", DIM)]
 
 
 def _output_text(output: object) -> str:
     """A tool output; one that is JSON holding a single multi-line text shows that text."""
-    text = str(output)
+    shown = text(output)
     try:
-        value = orjson.loads(text)
+        value = orjson.loads(shown)
     except orjson.JSONDecodeError:
-        return text
+        return shown
     if isinstance(value, dict) and len(value) == 1:
         ((key, inner),) = value.items()
         if isinstance(inner, str) and "\n" in inner:
             return f"{key}:\n{inner}"
-    return text
+    return shown

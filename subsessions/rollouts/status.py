@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import functools
 import os
-from datetime import datetime
 from typing import Any
 
+from subsessions.rollouts.values import parse_stamp
+
 STATUSES = ("completed", "failed", "cancelled", "running", "interrupted", "idle")
-TERMINAL_EVENTS = frozenset({"task_complete", "turn_aborted", "error"})
-TASK_EVENTS = TERMINAL_EVENTS | {"task_started"}
+# Tuples, not sets: a hand-made record's `type` may be a list, which a set cannot be asked about.
+TERMINAL_EVENTS = ("task_complete", "turn_aborted", "error")
+TASK_EVENTS = (*TERMINAL_EVENTS, "task_started")
 
 # The meta timestamp has whole seconds (truncated) and so has the kernel's boot time:
 # a process may appear to have started up to about two seconds after its session did.
@@ -114,13 +116,3 @@ def _boot_time() -> float:
 @functools.cache
 def _clock_ticks() -> int:
     return os.sysconf("SC_CLK_TCK")
-
-
-def parse_stamp(stamp: object) -> float | None:
-    """Epoch seconds of a rollout timestamp (`2026-11-21T12:00:00.123Z`), None if malformed."""
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.fromisoformat(stamp).timestamp()
-    except ValueError:
-        return None

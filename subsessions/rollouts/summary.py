@@ -13,23 +13,22 @@ import os
 from typing import Any
 
 import orjson
-from attrs import frozen
+from attrs import field, frozen
 
 from subsessions.errors import RolloutError
-from subsessions.rollouts.status import TASK_EVENTS, parse_stamp, status_of, writer_claim
+from subsessions.rollouts.status import TASK_EVENTS, status_of, writer_claim
+from subsessions.rollouts.values import optional_stamp, optional_text, parse_stamp, text
 
-RECORD_TYPES = frozenset({"session_meta", "turn_context", "response_item", "event_msg"})
+RECORD_TYPES = ("session_meta", "turn_context", "response_item", "event_msg")
 NOT_OURS = "not a subsessions rollout (no session_meta first line)"
 
 _CHUNK = 8192
-_MAX_META_LINE = 4 << 20
 
 
 def parent_of(meta: dict[str, Any]) -> str | None:
     source = meta.get("source")
     if isinstance(source, dict) and isinstance(source.get("subsession"), dict):
-        parent = source["subsession"].get("parent_session_id")
-        return str(parent) if parent else None
+        return optional_text(source["subsession"].get("parent_session_id"))
     return None
 
 
@@ -38,11 +37,7 @@ def source_kind_of(meta: dict[str, Any]) -> str:
     source = meta.get("source")
     if isinstance(source, dict):
         return str(next(iter(source), "unknown"))
-    return str(source)
-
-
-def _text(value: object) -> str | None:
-    return str(value) if value else None
+    return text(source) or "unknown"
 
 
 class MetaView:
@@ -53,7 +48,7 @@ class MetaView:
 
     @property
     def session_id(self) -> str:
-        return str(self.meta.get("id", ""))
+        return text(self.meta.get("id"))
 
     @property
     def parent_id(self) -> str | None:
@@ -65,11 +60,11 @@ class MetaView:
 
     @property
     def profile(self) -> str | None:
-        return _text(self.meta.get("session_type"))
+        return optional_text(self.meta.get("session_type"))
 
     @property
     def model(self) -> str | None:
-        return _text(self.meta.get("model"))
+        return optional_text(self.meta.get("model"))
 
 
 def as_record(line: bytes) -> dict[str, Any] | None:
@@ -112,21 +107,22 @@ class RolloutSummary:
 
     Only what a row shows is kept, so 10,000 rows stay small; `read_rollout`
     has the whole meta. `status` is as of reading: it does not change later.
+    What a row shows is made text here, whatever the file (or the index) held.
     """
 
     key: str  # the id in the file name: the sort key and the pagination cursor
     path: str
-    session_id: str
-    started: str | None  # the session_meta's timestamp
-    source_kind: str  # cli, exec, mcp or subsession
-    parent_id: str | None
-    profile: str | None  # the session_type a child was spawned as
-    model: str | None
+    session_id: str = field(converter=text)
+    started: str | None = field(converter=optional_stamp)  # the session_meta's timestamp
+    source_kind: str = field(converter=text)  # cli, exec, mcp or subsession
+    parent_id: str | None = field(converter=optional_text)
+    profile: str | None = field(converter=optional_text)  # the session_type a child was spawned as
+    model: str | None = field(converter=optional_text)
     pid: int | None  # of the process that created the session
     status: str
     tokens: int | None  # None when no model call was counted
-    first_stamp: str | None  # of the session_meta line
-    last_stamp: str | None  # of the last whole line
+    first_stamp: str | None = field(converter=optional_stamp)  # of the session_meta line
+    last_stamp: str | None = field(converter=optional_stamp)  # of the last whole line
     size: int  # bytes of whole lines this summary reflects; a follower reads on from here
     task_event: dict[str, Any] | None = None  # the last task event's type (and reason, writer)
 
@@ -158,7 +154,7 @@ def summarise(path: str, key: str | None = None) -> RolloutSummary:
 def _summarise(fd: int, path: str, key: str | None) -> RolloutSummary:
     head = os.read(fd, _CHUNK)
     end = head.find(b"\n")
-    while end < 0 and 0 < len(head) < _MAX_META_LINE:
+    while end < 0 and head:  # the first line whole, however long (instructions can be MBs)
         more = os.read(fd, len(head))
         if not more:
             break
@@ -180,7 +176,7 @@ def _summarise(fd: int, path: str, key: str | None) -> RolloutSummary:
             break
         window *= 4
     pid = meta.get("pid")
-    started = _str(meta.get("timestamp")) or _str(record.get("timestamp"))
+    started = optional_stamp(meta.get("timestamp")) or optional_stamp(record.get("timestamp"))
     return RolloutSummary(
         key=key or meta["id"],
         path=path,
@@ -188,12 +184,12 @@ def _summarise(fd: int, path: str, key: str | None) -> RolloutSummary:
         started=started,
         source_kind=source_kind_of(meta),
         parent_id=parent_of(meta),
-        profile=_text(meta.get("session_type")),
-        model=_text(meta.get("model")),
+        profile=meta.get("session_type"),
+        model=meta.get("model"),
         pid=pid if type(pid) is int else None,
         status=status_of(tail.task_event, {"pid": pid, "timestamp": started}),
         tokens=tail.tokens,
-        first_stamp=_str(record.get("timestamp")),
+        first_stamp=record.get("timestamp"),
         last_stamp=tail.last_stamp,
         size=low + tail.whole,
         task_event=_trimmed(tail.task_event),
@@ -207,17 +203,13 @@ def _trimmed(event: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: event[k] for k in ("type", "reason", "writer") if k in event}
 
 
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 class _Tail:
     """Reads lines newest first until it has the last task event and the token total."""
 
     __slots__ = ("context_pending", "last_stamp", "meta_stamp", "task_event", "tokens", "whole")
 
     def __init__(self, meta_stamp: object) -> None:
-        self.meta_stamp = _str(meta_stamp)
+        self.meta_stamp = optional_stamp(meta_stamp)
         self.last_stamp = self.meta_stamp
         self.task_event: dict[str, Any] | None = None
         self.tokens: int | None = None
@@ -247,7 +239,7 @@ class _Tail:
                 if record is None:
                     continue
                 stamped = True
-                self.last_stamp = _str(record.get("timestamp")) or self.last_stamp
+                self.last_stamp = optional_stamp(record.get("timestamp")) or self.last_stamp
                 self._take(record)
             elif (b"event_msg" in line and (self.task_event is None or b"token_count" in line)) or (
                 self.context_pending and b"turn_context" in line

@@ -1,11 +1,16 @@
 """`read_file` and `list_dir`: bounded views of files and directories.
 
-Reads are not confined to the workspace (as in Codex, the sandbox limits writes), but
-only regular files are read (no FIFOs or devices that would block or never end) and
-every output is bounded: `read_file` shows at most `limit` lines (default 2000), each cut
-at `MAX_LINE_CHARS`, and stops at `MAX_OUTPUT_CHARS`; `list_dir` shows at most `limit`
-entries (default 500) down to `depth` levels (default 2) and never follows a symlinked
-directory. The work runs in a thread so a slow disk does not stall the event loop.
+Reads are not confined to the workspace (as in Codex, the sandbox limits writes; a
+symlink in the path given is followed), but only regular files are read (no FIFOs or
+devices that would block or never end) and every output is bounded: `read_file` shows at
+most `limit` lines (default 2000), each cut at `MAX_LINE_CHARS`, and stops at
+`MAX_OUTPUT_CHARS`; `list_dir` shows at most `limit` entries (default 500) down to `depth`
+levels (default 2) and never follows a symlinked directory. What is checked is what is
+read: `read_file` looks at the file through a handle before opening that same file
+(`beneath.open_regular`), and `list_dir` descends from the directory's handle, each level
+opened with `O_NOFOLLOW`, so a file or directory swapped for a FIFO or a symlink meanwhile
+is reported, never opened or followed. The work runs in a thread so a slow disk does not
+stall the event loop.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections import deque
 from typing import Any, BinaryIO
 
 from subsessions.errors import InvalidArguments
+from subsessions.tools.beneath import open_regular
 from subsessions.tools.context import ToolContext
 from subsessions.tools.errors import FileToolError
 from subsessions.tools.schema import check_arguments
@@ -97,12 +103,12 @@ async def run_read_file(context: ToolContext, arguments: dict[str, Any], invocat
 
 def read_file(path: str, shown: str, offset: int, limit: int) -> str:
     try:
-        info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            raise FileToolError(f"read_file: {shown} is a directory; use list_dir")
-        if not stat.S_ISREG(info.st_mode):
+        fd, info = open_regular(path)
+        if fd is None:
+            if stat.S_ISDIR(info.st_mode):
+                raise FileToolError(f"read_file: {shown} is a directory; use list_dir")
             raise FileToolError(f"read_file: {shown} is not a regular file")
-        with open(path, "rb") as handle:
+        with os.fdopen(fd, "rb") as handle:
             if b"\0" in handle.read(_SNIFF_BYTES):
                 raise FileToolError(
                     f"read_file: {shown} looks like a binary file ({info.st_size} bytes); "
@@ -182,56 +188,80 @@ async def run_list_dir(context: ToolContext, arguments: dict[str, Any], invocati
     return await asyncio.to_thread(list_dir, path, arguments["path"], depth, limit)
 
 
-def _describe(entry: os.DirEntry[str]) -> tuple[str, bool]:
+_SUBDIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _describe(directory: int, name: str) -> tuple[str, bool]:
     """The text shown for an entry and whether to descend into it."""
     try:
-        if entry.is_symlink():
-            return f"{entry.name} -> {os.readlink(entry.path)}", False
-        if entry.is_dir(follow_symlinks=False):
-            return f"{entry.name}/", True
-        info = entry.stat(follow_symlinks=False)
+        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            return f"{name} -> {os.readlink(name, dir_fd=directory)}", False
     except OSError as exc:
-        return f"{entry.name}  [{exc.strerror}]", False
+        return f"{name}  [{exc.strerror}]", False
+    if stat.S_ISDIR(info.st_mode):
+        return f"{name}/", True
     if stat.S_ISREG(info.st_mode):
-        return f"{entry.name}  {info.st_size} B", False
-    return f"{entry.name}  [special file]", False
+        return f"{name}  {info.st_size} B", False
+    return f"{name}  [special file]", False
 
 
-def _scan(directory: str) -> list[os.DirEntry[str]] | str:
+def _scan(top: int, parts: tuple[str, ...]) -> list[tuple[str, str, bool]] | str:
+    """(name, text, descend) of each entry of `parts` below `top`, each level opened
+    without following a symlink; or why it cannot be listed."""
+    opened: list[int] = []
     try:
-        with os.scandir(directory) as entries:
-            return sorted(entries, key=lambda e: e.name)
+        directory = top
+        for name in parts:
+            directory = os.open(name, _SUBDIRECTORY, dir_fd=directory)
+            opened.append(directory)
+        return [(name, *_describe(directory, name)) for name in sorted(os.listdir(directory))]
     except OSError as exc:
         return exc.strerror or str(exc)
+    finally:
+        for fd in opened:
+            os.close(fd)
 
 
 def list_dir(path: str, shown: str, depth: int, limit: int) -> str:
-    if not os.path.lexists(path):
-        raise FileToolError(f"list_dir: {shown} does not exist")
-    if not os.path.isdir(path):
-        raise FileToolError(f"list_dir: {shown} is not a directory; use read_file")
-    top = _scan(path)
-    if isinstance(top, str):
-        raise FileToolError(f"list_dir: cannot list {shown}: {top}")
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileToolError(f"list_dir: {shown} does not exist") from None
+    except NotADirectoryError:
+        raise FileToolError(f"list_dir: {shown} is not a directory; use read_file") from None
+    except OSError as exc:
+        raise FileToolError(f"list_dir: cannot list {shown}: {exc.strerror}") from None
+    try:
+        return _listing(top, path, shown, depth, limit)
+    finally:
+        os.close(top)
+
+
+def _listing(top: int, path: str, shown: str, depth: int, limit: int) -> str:
+    first = _scan(top, ())
+    if isinstance(first, str):
+        raise FileToolError(f"list_dir: cannot list {shown}: {first}")
     # breadth first, so a deep first subdirectory cannot take the whole budget
     lines: dict[tuple[str, ...], str] = {}
-    queue: deque[tuple[tuple[str, ...], list[os.DirEntry[str]] | str]] = deque([((), top)])
+    queue: deque[tuple[tuple[str, ...], list[tuple[str, str, bool]] | str]] = deque(
+        [((), first)]
+    )
     shown_count = omitted = 0
     while queue:
         parts, entries = queue.popleft()
         if isinstance(entries, str):
             lines[(*parts, "")] = "  " * len(parts) + f"[cannot list: {entries}]"
             continue
-        for entry in entries:
+        for name, text, descend in entries:
             if shown_count == limit:
                 omitted += 1
                 continue
-            text, descend = _describe(entry)
-            key = (*parts, entry.name)
+            key = (*parts, name)
             lines[key] = "  " * len(parts) + text
             shown_count += 1
             if descend and len(key) < depth:
-                queue.append((key, _scan(entry.path)))
+                queue.append((key, _scan(top, key)))
     out = [f"{os.path.realpath(path)}/"]
     out += [lines[key] for key in sorted(lines)]
     if omitted:

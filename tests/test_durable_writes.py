@@ -1,0 +1,207 @@
+"""What reaches the disk survives a kill or a full disk whole, in an order a reader can trust.
+
+A parent killed with SIGKILL while spawning names only children whose rollouts exist;
+an append that fails half-way (file size limit, full tmpfs) never glues the next record
+onto a fragment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from subsessions.errors import RolloutError
+from subsessions.rollouts.files import rollout_entries
+from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
+
+SPAWNER = textwrap.dedent("""
+    import asyncio, os, sys
+    from subsessions import Engine, ScriptedModel, SessionConfig
+
+    async def main(home, ready):
+        model = ScriptedModel(lambda request: ["ok"])
+        async with Engine(home, model_client=model) as engine:
+            parent = await engine.create_session(SessionConfig(max_children=100_000))
+            path, told = parent.recorder.path, False
+            print(path, flush=True)
+            await parent.recorder.flush_durable()
+            for i in range(20_000):  # bounded: the test kills it long before the end
+                await parent.subsessions.spawn_child("mathematician", "hi")
+                if i % 4 == 3:
+                    await asyncio.sleep(0)  # children run, the flusher hands lines over
+                if i >= ready and not told and os.path.getsize(path) > 4096:
+                    told = print("ready", flush=True) or True  # spawn lines are on disk
+            while not told and os.path.getsize(path) <= 4096:  # a slow disk: wait for them
+                await asyncio.sleep(0.01)
+            if not told:
+                print("ready", flush=True)
+            await asyncio.Event().wait()
+
+    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+""")
+
+
+def records(path: str | Path, torn: bool = False) -> list[dict]:
+    """Every line; with `torn`, the last may be torn (by a kill) and is left out."""
+    lines = Path(path).read_bytes().split(b"\n")
+    parsed = []
+    for number, line in enumerate(lines):
+        try:
+            parsed.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            assert number == len(lines) - 1, f"line {number + 1} of {path} is not whole"
+            assert torn or not line, f"{path} does not end with a whole line"
+    return parsed
+
+
+def spawned_then_killed(home: Path, ready: int) -> list[str]:
+    """Kill a parent spawning children once `ready` are spawned; the ids its rollout names."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", SPAWNER, str(home), str(ready)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stderr is not None
+        parent_path = child.stdout.readline().strip()
+        assert child.stdout.readline() == "ready\n", child.stderr.read()
+        child.send_signal(signal.SIGKILL)  # while the writer is busy with the storm
+    finally:
+        child.kill()
+        child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    prefix = "spawned child session "
+    return [r["payload"]["message"].split()[3] for r in records(parent_path, torn=True)
+            if r["type"] == "event_msg" and r["payload"].get("message", "").startswith(prefix)]
+
+
+def test_a_killed_parent_names_only_children_whose_rollouts_exist(tmp_path: Path) -> None:
+    for ready in (200, 800, 2000, 4000):  # a kill early, and late in a long storm
+        home = tmp_path / f"home-{ready}"
+        spawned = spawned_then_killed(home, ready)
+        assert len(spawned) > 0, "the parent wrote no spawn line before the kill"
+        files = dict(rollout_entries(home))
+        lost = []
+        for session_id in spawned:
+            path = files.get(session_id)
+            first = records(path, torn=True)[:1] if path is not None else []
+            if not first or first[0]["type"] != "session_meta" or (
+                first[0]["payload"]["id"] != session_id
+            ):
+                lost.append(session_id)
+        assert not lost, f"killed after {ready}: {len(lost)} of {len(spawned)} spawned " \
+            "children have no rollout"
+
+
+# -- failed appends -------------------------------------------------------------------------
+
+FILE_SIZE_LIMITED = textwrap.dedent("""
+    import asyncio, os, resource, signal, sys
+    from subsessions.errors import RolloutError
+    from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a signal
+
+    async def main(path):
+        writer = RolloutWriter()
+        recorder = RolloutRecorder(writer, path)
+        recorder.record("session_meta", {"id": "limited"})
+        await recorder.flush_durable()
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        # Room for a part of the next chunk only: its first line whole, its second torn.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path) + 700, hard))
+        recorder.event({"type": "kept", "text": "k" * 400})
+        recorder.event({"type": "torn", "text": "t" * 4000})
+        try:
+            await recorder.flush_durable()
+        except RolloutError as exc:
+            print("first:", exc, flush=True)
+        recorder.event({"type": "also lost", "text": "l" * 4000})
+        try:
+            await recorder.flush_durable()
+        except RolloutError as exc:
+            print("second:", exc, flush=True)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))  # the space is back
+        recorder.event({"type": "after"})
+        await recorder.flush_durable()
+        print("after: written", flush=True)
+        await writer.aclose()
+
+    asyncio.run(main(sys.argv[1]))
+""")
+
+
+def test_a_write_past_the_file_size_limit_leaves_only_whole_lines(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-c", FILE_SIZE_LIMITED, str(path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    kinds = [r["payload"].get("type") for r in records(path)]
+    assert kinds == [None, "kept", "after"]  # session_meta, the whole line, the next record
+    out = result.stdout.splitlines()
+    assert out[0].startswith(f"first: {path}: cannot write rollout: File too large"), out
+    assert "bytes of records lost" in out[0]
+    assert out[1].startswith("second: "), out  # a write that failed again says so again
+    assert out[2] == "after: written"
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    folder.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
+                              str(folder)], capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def fill(folder: Path) -> Path:
+    """A file taking every free block of the file system."""
+    filler = folder / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass  # full
+    finally:
+        os.close(fd)
+    return filler
+
+
+async def test_a_full_disk_then_room_again_leaves_only_whole_lines(tmp_path: Path) -> None:
+    with tiny_tmpfs(tmp_path / "disk", "64k") as disk:
+        path = str(disk / f"rollout-{uuid.uuid4()}.jsonl")
+        writer = RolloutWriter()
+        try:
+            recorder = RolloutRecorder(writer, path)
+            recorder.record("session_meta", {"id": "full"})
+            await recorder.flush_durable()
+            filler = fill(disk)
+            # Past the slack of the file's one page: the write stops at the page's end.
+            recorder.event({"type": "lost", "text": "x" * 20_000})
+            with pytest.raises(RolloutError, match="No space left on device"):
+                await recorder.flush_durable()
+            filler.unlink()
+            recorder.event({"type": "after"})
+            await recorder.flush_durable()
+        finally:
+            await writer.aclose()
+        kinds = [r["payload"].get("type") for r in records(path)]
+    assert kinds == [None, "after"]
