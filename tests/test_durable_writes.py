@@ -28,6 +28,9 @@ SPAWNER = textwrap.dedent("""
     import asyncio, os, sys
     from subsessions import Engine, ScriptedModel, SessionConfig
 
+    def size(path):  # a top-level rollout starts with its first child (or task)
+        return os.path.getsize(path) if os.path.exists(path) else 0
+
     async def main(home, ready):
         model = ScriptedModel(lambda request: ["ok"])
         async with Engine(home, model_client=model) as engine:
@@ -39,9 +42,9 @@ SPAWNER = textwrap.dedent("""
                 await parent.subsessions.spawn_child("mathematician", "hi")
                 if i % 4 == 3:
                     await asyncio.sleep(0)  # children run, the flusher hands lines over
-                if i >= ready and not told and os.path.getsize(path) > 4096:
+                if i >= ready and not told and size(path) > 4096:
                     told = print("ready", flush=True) or True  # spawn lines are on disk
-            while not told and os.path.getsize(path) <= 4096:  # a slow disk: wait for them
+            while not told and size(path) <= 4096:  # a slow disk: wait for them
                 await asyncio.sleep(0.01)
             if not told:
                 print("ready", flush=True)
