@@ -42,6 +42,7 @@ from subsessions.errors import (
 )
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile, resolve_profile
+from subsessions.rollouts import records
 from subsessions.rollouts.recorder import RolloutRecorder
 from subsessions.runtime import Runtime
 from subsessions.tree import SessionTree
@@ -80,9 +81,8 @@ class Member(Caller, Protocol):
     def write_meta(self) -> None: ...
     def release(self) -> None: ...
     def child_config(self, profile: Profile) -> SessionConfig: ...
-    def new_child(
-        self, config: SessionConfig, profile: Profile, call_id: str, source: dict[str, Any]
-    ) -> Member: ...
+    def new_child(self, config: SessionConfig, profile: Profile, call_id: str) -> Member: ...
+    def hand_over_head(self) -> None: ...
     async def run_task(self, prompt: str) -> str | None: ...
 
 
@@ -148,31 +148,20 @@ class SubsessionManager:
         tree = parent.tree
         tree.check_room(parent.depth)
         call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name a spawning call
-        source = {
-            "subsession": {
-                "parent_session_id": parent.session_id,
-                "depth": parent.depth + 1,
-                "session_type": chosen.name,
-                "call_id": call_id,
-            }
-        }
         if not parent.is_child:  # a top-level rollout starts with its first task or child
             parent.write_meta()
-        child = parent.new_child(config, chosen, call_id, source)
+        child = parent.new_child(config, chosen, call_id)
         task = runtime.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
         # naming a child that has no rollout.
-        parent.recorder.before_flush(partial(_hand_over_head, child))
+        parent.recorder.before_flush(child.hand_over_head)
         record = Record(child, Pending(task))
         self._children[child.session_id] = record
         tree.child_started()
-        parent.recorder.event(
-            {
-                "type": "background_event",
-                "message": f"spawned child session {child.session_id} with model {child.model}",
-            }
-        )
+        parent.recorder.event(records.background(
+            f"spawned child session {child.session_id} with model {child.model}"
+        ))
         task.add_done_callback(partial(self._on_task_done, record))
         runtime.dispatcher.child_started(parent, child, call_id)
         return child.session_id
@@ -219,7 +208,7 @@ class SubsessionManager:
             message = f"child session {child_id} failed: {outcome.error}"
         else:
             message = f"child session {child_id} cancelled"
-        parent.recorder.event({"type": "background_event", "message": message})
+        parent.recorder.event(records.background(message))
         if parent.is_child and parent.ended:
             parent.recorder.flush()  # an ended child flushes nothing more by itself
         if record.waiters:
@@ -369,9 +358,3 @@ class SubsessionManager:
             child.waited = True
         if pending:
             await asyncio.wait([child.finished for child in pending])
-
-
-def _hand_over_head(child: Member) -> None:
-    """A spawned child's first lines to the writer, before its parent's line naming it."""
-    child.write_meta()
-    child.recorder.flush()

@@ -223,12 +223,17 @@ class Session:
         return derive_config(self.config, profile, model=self.model, cwd=self.cwd,
                              builtins=builtins)
 
-    def new_child(
-        self, config: SessionConfig, profile: Profile, call_id: str, source: dict[str, Any]
-    ) -> Session:
+    def new_child(self, config: SessionConfig, profile: Profile, call_id: str) -> Session:
         """What the manager asks for: a child session, not started."""
+        source = {"subsession": {"parent_session_id": self.session_id, "depth": self.depth + 1,
+                                 "session_type": profile.name, "call_id": call_id}}
         return Session(self.runtime, config, parent=self, profile=profile, call_id=call_id,
                        source=source, tool_context=self.child_tool_context())
+
+    def hand_over_head(self) -> None:
+        """A spawned child's first lines to the writer, before its parent's line naming it."""
+        self.write_meta()
+        self.recorder.flush()
 
     @property
     def cancel_requested(self) -> bool:
