@@ -178,6 +178,7 @@ def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
     resume = args.id if args.command == "resume" else None
     config = SessionConfig(
         max_depth=settings.max_depth, max_children=settings.max_children, builtin_tools=True,
+        env_policy=settings.env_policy,
         cwd=os.getcwd(), sandbox=args.sandbox, approval=args.approval,
         network_access=args.network, permission_handler=_ask_on_terminal,
     )

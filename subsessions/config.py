@@ -8,6 +8,7 @@ from typing import Any, TypeAlias
 
 from attrs import evolve, field, frozen
 
+from subsessions.environment import EnvPolicy
 from subsessions.profiles import Profile
 
 
@@ -135,6 +136,9 @@ class SessionConfig:
     sandbox: str = "workspace-write"  # read-only | workspace-write | danger-full-access
     network_access: bool = False  # under workspace-write
     approval: str = "on-request"  # untrusted | on-request | never (children: always never)
+    # what of the engine's environment built-in `shell` commands see (Codex's default policy)
+    env_policy: EnvPolicy = field(factory=EnvPolicy)
+    max_processes: int = field(default=1024, validator=_at_least_one("max_processes"))
     # [mcp_servers.NAME]-shaped tables: their tools join `tools` as mcp__{server}__{tool}
     mcp_servers: Mapping[str, Any] = field(factory=dict)
 

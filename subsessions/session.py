@@ -208,7 +208,8 @@ class Session:
             return None
         return ToolContext(
             cwd=self.cwd, sandbox=config.sandbox, network_access=config.network_access,
-            approval=config.approval,
+            approval=config.approval, env_policy=config.env_policy,
+            max_processes=config.max_processes,
             ask_permission=partial(self.runtime.dispatcher.request_permission, self),
         )
 

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attrs import evolve, frozen
+from attrs import evolve, field, frozen
 
+from subsessions.environment import EnvPolicy, env_policy_from_table
 from subsessions.errors import ConfigError, MissingApiKey
 from subsessions.urls import is_loopback, url_problem
 
@@ -47,6 +48,7 @@ class Settings:
     max_depth: int = 2
     max_children: int = 8
     mcp_servers: Mapping[str, Any] = {}  # [mcp_servers.NAME] tables, checked by subsessions.mcp
+    env_policy: EnvPolicy = field(factory=EnvPolicy)  # [shell_environment_policy]
     source: str = "defaults"  # the file these came from, for error messages
 
     @property
@@ -60,7 +62,7 @@ _PROVIDER_KEYS: dict[str, type] = {
     "request_max_retries": int, "stream_idle_timeout_ms": int,
 }
 _AGENT_KEYS = {"max_depth": int, "max_children": int}
-_TABLES = {"model_providers", "agents", "mcp_servers"}
+_TABLES = {"model_providers", "agents", "mcp_servers", "shell_environment_policy"}
 
 
 def _check(source: str, key: str, value: Any, wanted: type) -> Any:
@@ -105,6 +107,8 @@ def settings_from_mapping(data: Mapping[str, Any], source: str) -> Settings:
             raise ConfigError(source, f"agents.{key}", "unknown key")
         values[key] = _check(source, f"agents.{key}", value, int)
     servers = data.get("mcp_servers", {})
+    if "shell_environment_policy" in data:
+        values["env_policy"] = env_policy_from_table(data["shell_environment_policy"], source)
     settings = Settings(providers=providers, mcp_servers=servers, source=source, **values)
     if settings.model_provider not in providers:
         raise ConfigError(

@@ -88,7 +88,8 @@ class ClientConnection:
                 raise EngineClosed()
             if self._session is None:
                 config = SessionConfig(max_depth=self._settings.max_depth,
-                                       max_children=self._settings.max_children)
+                                       max_children=self._settings.max_children,
+                                       env_policy=self._settings.env_policy)
                 session = await self._engine.create_session(config, source="mcp")
                 self._session = session
             return self._session

@@ -8,6 +8,8 @@ from typing import Any
 import attrs
 from attrs import field, frozen
 
+from subsessions.environment import EnvPolicy
+
 SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
 APPROVAL_POLICIES = ("untrusted", "on-request", "never")
 NO_APPROVAL = "denied-no-approval-rule-and-could-not-request-from-user"
@@ -71,6 +73,8 @@ class ToolContext:
     # Codex's switches to keep $TMPDIR and /tmp out of the writable roots of workspace-write
     exclude_tmpdir_env_var: bool = False
     exclude_slash_tmp: bool = False
+    env_policy: EnvPolicy = field(factory=EnvPolicy)  # what of our environment commands get
+    max_processes: int = 1024  # per sandboxed command (RLIMIT_NPROC in its user namespace)
 
     def for_child(self) -> ToolContext:
         """The same workspace and sandbox, approvals forced non-interactive (DESIGN 4)."""

@@ -99,7 +99,7 @@ async def run_process(
     loop = asyncio.get_running_loop()
     collector = _Collector(budget)
     started = time.monotonic()
-    transport, _ = await loop.subprocess_exec(
+    spawning = loop.create_task(loop.subprocess_exec(
         lambda: collector,
         *argv,
         stdin=subprocess.DEVNULL,
@@ -109,7 +109,19 @@ async def run_process(
         env=env,
         start_new_session=True,
         pass_fds=tuple(pass_fds),
-    )
+    ))
+    try:
+        transport, _ = await asyncio.shield(spawning)
+    except asyncio.CancelledError:
+        # Cancelled while the process was being set up: it may already have started
+        # children of its own. Let the set-up finish, then kill the whole group.
+        await asyncio.wait((spawning,))
+        if not spawning.cancelled() and spawning.exception() is None:
+            started_transport = spawning.result()[0]
+            kill_group(started_transport.get_pid())
+            started_transport.close()
+            await _wait(collector.exited, REAP_SECONDS)
+        raise
     pgid = transport.get_pid()
     timed_out = False
     try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from subsessions.tools import limits
 from subsessions.tools.context import ToolContext
 from subsessions.tools.errors import SandboxUnavailable, WriteNotAllowed
 
@@ -134,6 +135,12 @@ def bwrap_argv(
         "--proc", "/proc",
         "--unshare-pid",
         "--die-with-parent",
+        # No capabilities inside, for root too: a user namespace and every capability
+        # dropped, so nothing can remount, and a new session so nothing can push input
+        # into the engine's terminal (TIOCSTI), as Codex runs it.
+        "--unshare-user",
+        "--cap-drop", "ALL",
+        "--new-session",
     ]
     if context.sandbox == "read-only" or not context.network_access:
         args.append("--unshare-net")
@@ -142,5 +149,5 @@ def bwrap_argv(
         args += ["--bind", root, root]
     for protected in read_only_subpaths(roots):
         args += ["--ro-bind", protected, protected]
-    args += ["--chdir", workdir, "--json-status-fd", str(status_fd), "--", *argv]
-    return args
+    args += ["--chdir", workdir, "--json-status-fd", str(status_fd), "--"]
+    return [*args, *limits.inside(context.max_processes), *argv]

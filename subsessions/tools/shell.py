@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from subsessions.errors import InvalidArguments
-from subsessions.tools import sandbox
+from subsessions.tools import limits, sandbox
 from subsessions.tools.approval import approve_shell
 from subsessions.tools.context import ToolContext
 from subsessions.tools.errors import (
@@ -122,7 +122,8 @@ async def run_shell(context: ToolContext, arguments: dict[str, Any], invocation:
         raise InvalidArguments(NAME, "command must not contain NUL characters")
     workdir = _workdir(context, arguments.get("workdir"))
     timeout_ms = _timeout_ms(arguments.get("timeout_ms"))
-    _check_program(command[0], workdir, os.environ)  # before anyone is asked to approve it
+    env = context.env_policy.apply(os.environ)  # never the engine's secrets (Codex's policy)
+    _check_program(command[0], workdir, env)  # before anyone is asked to approve it
     sandboxed = await approve_shell(
         context,
         command,
@@ -131,7 +132,6 @@ async def run_shell(context: ToolContext, arguments: dict[str, Any], invocation:
         justification=arguments.get("justification"),
         call_id=getattr(invocation, "tool_call_id", None),
     )
-    env = dict(os.environ)
     env["SUBSESSIONS_SANDBOX"] = context.sandbox if sandboxed else "none"
     if sandboxed and (context.sandbox == "read-only" or not context.network_access):
         env["SUBSESSIONS_SANDBOX_NETWORK_DISABLED"] = "1"
@@ -160,10 +160,11 @@ async def _run_sandboxed(
     try:
         argv = sandbox.bwrap_argv(context, command, workdir, status_write)
         try:
-            result = await run_process(
-                argv, cwd=workdir, env=env, timeout=timeout_ms / 1000, budget=budget,
-                pass_fds=(status_write,),
-            )
+            async with limits.process_cgroup(context.max_processes) as procs:
+                result = await run_process(
+                    limits.limited(argv, procs), cwd=workdir, env=env,
+                    timeout=timeout_ms / 1000, budget=budget, pass_fds=(status_write,),
+                )
         except OSError as exc:
             raise SandboxUnavailable(
                 f"bubblewrap ({argv[0]}) could not be started: {exc.strerror or exc}"

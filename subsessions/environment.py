@@ -1,0 +1,92 @@
+"""What a command's environment holds: Codex's `shell_environment_policy`, the same defaults.
+
+The engine's own environment carries its secrets (`OPENAI_API_KEY`, tokens of other tools); a
+command a model asked for must not see them, or they reach the model's context and the rollout.
+The policy is applied in Codex's order: start from `inherit` (`all`, `core` or `none`), drop
+names matching the default excludes (`*KEY*`, `*SECRET*`, `*TOKEN*`, case-insensitive) unless
+`ignore_default_excludes`, drop names matching `exclude`, add `set`, and finally keep only names
+matching `include_only` when it is given. Patterns are shell globs, matched case-insensitively.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fnmatch import fnmatchcase
+from typing import Any
+
+from attrs import field, frozen
+
+from subsessions.errors import ConfigError
+
+INHERIT = ("all", "core", "none")
+CORE_VARIABLES = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "USERNAME", "TMPDIR", "TEMP", "TMP")
+DEFAULT_EXCLUDES = ("*KEY*", "*SECRET*", "*TOKEN*")
+
+
+def _patterns(value: Any) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    upper = name.upper()
+    return any(fnmatchcase(upper, pattern.upper()) for pattern in patterns)
+
+
+@frozen
+class EnvPolicy:
+    """Which of the engine's environment variables a command gets (Codex's policy)."""
+
+    inherit: str = field(default="all")
+    ignore_default_excludes: bool = False
+    exclude: tuple[str, ...] = field(default=(), converter=_patterns)
+    include_only: tuple[str, ...] = field(default=(), converter=_patterns)
+    set: Mapping[str, str] = field(factory=dict, hash=False)
+
+    @inherit.validator
+    def _check_inherit(self, _attribute: Any, value: str) -> None:
+        if value not in INHERIT:
+            raise ValueError(f"inherit must be one of: {', '.join(INHERIT)}; not {value!r}")
+
+    def apply(self, environ: Mapping[str, str]) -> dict[str, str]:
+        if self.inherit == "all":
+            env = dict(environ)
+        elif self.inherit == "core":
+            env = {k: v for k, v in environ.items() if k in CORE_VARIABLES}
+        else:
+            env = {}
+        dropped = (() if self.ignore_default_excludes else DEFAULT_EXCLUDES) + self.exclude
+        if dropped:
+            env = {k: v for k, v in env.items() if not _matches(k, dropped)}
+        env.update(self.set)
+        if self.include_only:
+            env = {k: v for k, v in env.items() if _matches(k, self.include_only)}
+        return env
+
+
+def env_policy_from_table(table: Any, source: str) -> EnvPolicy:
+    """A `[shell_environment_policy]` table of config.toml, checked key by key."""
+    where = "shell_environment_policy"
+    if not isinstance(table, dict):
+        raise ConfigError(source, where, "must be a table")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "inherit":
+            if value not in INHERIT:
+                problem = f"must be one of {', '.join(INHERIT)}"
+                raise ConfigError(source, f"{where}.inherit", problem)
+            values[key] = value
+        elif key == "ignore_default_excludes":
+            if not isinstance(value, bool):
+                raise ConfigError(source, f"{where}.{key}", "must be true or false")
+            values[key] = value
+        elif key in ("exclude", "include_only"):
+            if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+                raise ConfigError(source, f"{where}.{key}", "must be a list of name patterns")
+            values[key] = tuple(value)
+        elif key == "set":
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise ConfigError(source, f"{where}.set", "must be a table of strings")
+            values[key] = dict(value)
+        else:
+            raise ConfigError(source, f"{where}.{key}", "unknown key")
+    return EnvPolicy(**values)

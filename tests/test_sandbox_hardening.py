@@ -1,0 +1,182 @@
+"""The sandbox holds as root and as a normal user; commands never see the engine's secrets;
+a fork bomb is bounded (issue 11, items 1, 3 and 10). Real bwrap, real processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from tools_support import needs_bwrap, ws
+
+from subsessions import Engine, ScriptedModel, SessionConfig
+from subsessions.config import Invocation
+from subsessions.environment import EnvPolicy, env_policy_from_table
+from subsessions.errors import ConfigError
+from subsessions.settings import settings_from_mapping
+from subsessions.tools import ToolContext, builtin_tools, sandbox
+
+__all__ = ["ws"]
+
+CALL = Invocation(session_id="s", tool_call_id="call_1", tool_name="shell")
+SANDBOXED = ["read-only", "workspace-write"]
+SECRET = "sk-test-" + uuid.uuid4().hex
+
+
+async def run(context: ToolContext, command: list[str], **more: Any) -> dict[str, Any]:
+    (tool,) = builtin_tools(context, ["shell"])
+    assert tool.handler is not None
+    value: dict[str, Any] = orjson.loads(await tool.handler({"command": command, **more}, CALL))
+    return value
+
+
+def read_text(path: str) -> str:
+    return Path(path).read_text()
+
+
+# -- item 1: no capabilities, no remount, as root and as a normal user ----------------------
+@needs_bwrap
+@pytest.mark.parametrize("mode", SANDBOXED)
+async def test_a_sandboxed_command_holds_no_capability(ws: Path, mode: str) -> None:
+    result = await run(ToolContext(cwd=str(ws), sandbox=mode),
+                       ["grep", "-E", "^Cap(Eff|Prm|Amb)", "/proc/self/status"])
+    lines = result["output"].split("\n")
+    assert [line.split()[1] for line in lines if line] == ["0000000000000000"] * 3, result
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mode", SANDBOXED)
+async def test_remounting_the_root_writable_fails(ws: Path, mode: str) -> None:
+    target = Path("/etc") / f"pwned-{uuid.uuid4().hex}"
+    script = f"mount -o remount,bind,rw / && touch {target}"
+    result = await run(ToolContext(cwd=str(ws), sandbox=mode), ["sh", "-c", script])
+    assert result["metadata"]["exit_code"] != 0
+    assert not target.exists()
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mode", SANDBOXED)
+def test_a_normal_user_gets_the_same_sandbox(mode: str) -> None:
+    """The command line the tool builds, run by uid 65534: no capabilities, and nothing
+    written outside the workspace (which it may write under workspace-write)."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to become a normal user")
+    with tempfile.TemporaryDirectory() as top:
+        os.chmod(top, 0o755)
+        workspace = Path(top) / "ws"
+        workspace.mkdir()
+        os.chown(workspace, 65534, 65534)
+        outside = Path(top) / "outside.txt"
+        script = f"grep ^CapEff /proc/self/status; touch {outside}; touch ok && echo wrote"
+        read, write = os.pipe()
+        try:
+            context = ToolContext(cwd=str(workspace), sandbox=mode)
+            argv = sandbox.bwrap_argv(context, ["sh", "-c", script], str(workspace), write)
+            done = subprocess.run(
+                [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
+                capture_output=True, text=True, timeout=60, cwd=workspace, pass_fds=(write,),
+            )
+        finally:
+            os.close(read)
+            os.close(write)
+        assert done.stdout.split("\n")[0].split() == ["CapEff:", "0000000000000000"], done
+        assert not outside.exists()
+        assert (workspace / "ok").exists() is (mode == "workspace-write"), done
+
+
+# -- item 3: the engine's secrets never reach a command ------------------------------------------
+@pytest.mark.parametrize("mode", ["danger-full-access", pytest.param("workspace-write",
+                                                                     marks=needs_bwrap)])
+async def test_commands_do_not_see_keys_secrets_or_tokens(
+    ws: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("MY_SECRET_VALUE", SECRET)
+    monkeypatch.setenv("github_token", SECRET)
+    monkeypatch.setenv("SUBSESSIONS_TEST_PLAIN", "visible")
+    result = await run(ToolContext(cwd=str(ws), sandbox=mode), ["env"])
+    assert SECRET not in result["output"]
+    assert "SUBSESSIONS_TEST_PLAIN=visible" in result["output"]
+    assert "PATH=" in result["output"]
+
+
+async def test_a_key_never_lands_in_the_rollout(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    script = [[{"type": "function_call", "name": "shell",
+                "arguments": {"command": ["printenv", "OPENAI_API_KEY"]}}], ["done"]]
+    async with Engine(home, model_client=ScriptedModel(script)) as engine:
+        session = await engine.create_session(SessionConfig(
+            builtin_tools=("shell",), sandbox="danger-full-access", cwd=str(tmp_path)))
+        assert await session.send_and_wait("print the key") == "done"
+        path = session.recorder.path
+    text = read_text(path)
+    assert SECRET not in text
+    assert '\\"exit_code\\":1' in text  # printenv found no such variable
+
+
+def test_the_policy_follows_codex_order() -> None:
+    environ = {"PATH": "/bin", "HOME": "/root", "AWS_SECRET": "s", "Api_Key": "k",
+               "NPM_TOKEN": "t", "LANG": "C", "KEEP_ME": "1", "DROP_ME": "2"}
+    assert EnvPolicy().apply(environ) == {"PATH": "/bin", "HOME": "/root", "LANG": "C",
+                                          "KEEP_ME": "1", "DROP_ME": "2"}
+    assert EnvPolicy(inherit="core").apply(environ) == {"PATH": "/bin", "HOME": "/root"}
+    assert EnvPolicy(inherit="none", set={"X": "1"}).apply(environ) == {"X": "1"}
+    assert EnvPolicy(exclude=("drop_*",), set={"NPM_TOKEN": "mine"}).apply(environ) == {
+        "PATH": "/bin", "HOME": "/root", "LANG": "C", "KEEP_ME": "1", "NPM_TOKEN": "mine"}
+    assert "Api_Key" in EnvPolicy(ignore_default_excludes=True).apply(environ)
+    assert EnvPolicy(include_only=("PATH", "KEEP_*")).apply(environ) == {
+        "PATH": "/bin", "KEEP_ME": "1"}
+
+
+def test_config_toml_sets_the_policy_and_bad_tables_are_one_clear_line() -> None:
+    table = {"inherit": "core", "exclude": ["FOO*"], "set": {"CI": "1"},
+             "include_only": [], "ignore_default_excludes": False}
+    settings = settings_from_mapping({"shell_environment_policy": table}, "config.toml")
+    assert settings.env_policy == EnvPolicy(inherit="core", exclude=("FOO*",), set={"CI": "1"})
+    for bad, where in [
+        ({"inherit": "some"}, "shell_environment_policy.inherit"),
+        ({"exclude": "KEY"}, "shell_environment_policy.exclude"),
+        ({"set": {"A": 1}}, "shell_environment_policy.set"),
+        ({"ignore_default_excludes": "yes"}, "shell_environment_policy.ignore_default_excludes"),
+        ({"nope": 1}, "shell_environment_policy.nope"),
+        ("all", "shell_environment_policy"),
+    ]:
+        with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
+            env_policy_from_table(bad, "config.toml")
+
+
+# -- item 10: a bounded number of processes per command ---------------------------------------
+STORM = """
+import os, time
+started = 0
+for _ in range(300):  # bounded: 300 at most
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    started += 1
+print(started)
+"""
+
+
+@needs_bwrap
+async def test_a_fork_storm_is_bounded(ws: Path) -> None:
+    context = ToolContext(cwd=str(ws), sandbox="workspace-write", max_processes=64)
+    result = await run(context, [sys.executable, "-c", STORM], timeout_ms=30_000)
+    assert int(result["output"]) < 64, result  # the namespace's first processes count too
+    unbounded = ToolContext(cwd=str(ws), sandbox="workspace-write", max_processes=1000)
+    result = await run(unbounded, [sys.executable, "-c", STORM], timeout_ms=30_000)
+    assert int(result["output"]) == 300, result  # the bound is what stopped the first
