@@ -4,6 +4,7 @@ from subsessions._version import __version__
 from subsessions.children import ChildInfo, ChildStatus, RunResult, WaitResult
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.engine import Engine
+from subsessions.environment import EnvPolicy
 from subsessions.errors import (
     ChildCancelled,
     ChildFailed,
@@ -51,6 +52,7 @@ __all__ = [
     "DepthLimitReached",
     "Engine",
     "EngineClosed",
+    "EnvPolicy",
     "EventStream",
     "Hooks",
     "InvalidArguments",
