@@ -6,7 +6,7 @@ Each side runs `true` N times, one after another, and collects its output:
   tool        the `shell` tool under `danger-full-access`: argument checks, approval policy,
               PATH lookup, process group, head/tail collector, group kill, JSON result
   bare bwrap  `create_subprocess_exec` of the very bubblewrap command line the tool builds
-              (same namespaces, binds and status fd) + `communicate()`
+              (same namespaces, binds, status fd, and pids cgroup when root) + `communicate()`
   tool bwrap  the `shell` tool under `workspace-write`
 
 Rounds alternate the four after a warm-up; figures are wall µs per call, min / median / max
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import shutil
@@ -39,19 +40,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from subsessions.config import Invocation
-from subsessions.tools import ToolContext, builtin_tools, sandbox
+from subsessions.tools import ToolContext, builtin_tools, limits, sandbox
 
 Runner = Callable[[], Awaitable[None]]
 CALL = Invocation(session_id="bench", tool_call_id="call_bench", tool_name="shell")
 
 
-def bare_runner(argv: list[str], pass_fds: tuple[int, ...] = ()) -> Runner:
+def bare_runner(
+    argv: list[str], pass_fds: tuple[int, ...] = (), max_processes: int | None = None
+) -> Runner:
+    """`argv` as is; with `max_processes`, in the pids cgroup the tool makes for it as root."""
+
     async def run() -> None:
-        process = await asyncio.create_subprocess_exec(
-            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            pass_fds=pass_fds,
-        )
-        await process.communicate()
+        async with contextlib.AsyncExitStack() as stack:
+            procs = None
+            if max_processes is not None:
+                procs = await stack.enter_async_context(limits.process_cgroup(max_processes))
+            process = await asyncio.create_subprocess_exec(
+                *limits.limited(argv, procs), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=pass_fds,
+            )
+            await process.communicate()
         assert process.returncode == 0, argv
 
     return run
@@ -112,7 +121,7 @@ async def main(n: int, rounds: int) -> None:
     runners: dict[str, Runner] = {
         "bare": bare_runner(["true"]),
         "tool": tool_runner(ToolContext(cwd=workspace, sandbox="danger-full-access")),
-        "bare bwrap": bare_runner(bwrap_argv, (status_write,)),
+        "bare bwrap": bare_runner(bwrap_argv, (status_write,), sandboxed.max_processes),
         "tool bwrap": tool_runner(sandboxed),
     }
     # bwrap reports on the status fd at every call: keep that pipe from filling up

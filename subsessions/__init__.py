@@ -15,6 +15,7 @@ from subsessions.children import (
 )
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.engine import Engine
+from subsessions.environment import EnvPolicy
 from subsessions.errors import (
     ChildCancelled,
     ChildFailed,
@@ -77,6 +78,7 @@ __all__ = [
     "Done",
     "Engine",
     "EngineClosed",
+    "EnvPolicy",
     "EscalationNotAllowed",
     "EventStream",
     "Failed",

@@ -10,8 +10,10 @@ matching `include_only` when it is given. Patterns are shell globs, matched case
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from fnmatch import fnmatchcase
+import fnmatch
+import functools
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from attrs import field, frozen
@@ -27,9 +29,11 @@ def _patterns(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _matches(name: str, patterns: tuple[str, ...]) -> bool:
-    upper = name.upper()
-    return any(fnmatchcase(upper, pattern.upper()) for pattern in patterns)
+@functools.cache
+def _matcher(patterns: tuple[str, ...]) -> Callable[[str], object]:
+    """One case-insensitive regular expression for all the globs (built once per policy)."""
+    joined = "|".join(fnmatch.translate(pattern) for pattern in patterns)
+    return re.compile(joined, re.IGNORECASE).match
 
 
 @frozen
@@ -56,10 +60,12 @@ class EnvPolicy:
             env = {}
         dropped = (() if self.ignore_default_excludes else DEFAULT_EXCLUDES) + self.exclude
         if dropped:
-            env = {k: v for k, v in env.items() if not _matches(k, dropped)}
+            match = _matcher(dropped)
+            env = {k: v for k, v in env.items() if not match(k)}
         env.update(self.set)
         if self.include_only:
-            env = {k: v for k, v in env.items() if _matches(k, self.include_only)}
+            match = _matcher(self.include_only)
+            env = {k: v for k, v in env.items() if match(k)}
         return env
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 _V1 = Path("/sys/fs/cgroup/pids")
 _V2 = Path("/sys/fs/cgroup")
 _numbers = itertools.count(1)
-_ENTER = 'echo $$ > "$0" && exec "$@"'  # sh: join the cgroup, then become the command
+_ENTER = 'echo $$ > "$1" && shift && exec "$@"'  # sh: join the cgroup, then become the command
 
 
 @functools.cache
@@ -79,7 +79,7 @@ def limited(argv: list[str], procs: Path | None) -> list[str]:
     """`argv` (a bwrap command line) started inside the cgroup whose `cgroup.procs` is given."""
     if procs is None:
         return argv
-    return [shutil.which("sh") or "/bin/sh", "-c", _ENTER, str(procs), *argv]
+    return [shutil.which("sh") or "/bin/sh", "-c", _ENTER, "sandbox", str(procs), *argv]
 
 
 def inside(max_processes: int) -> list[str]:
