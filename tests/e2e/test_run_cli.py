@@ -301,12 +301,19 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def written_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
 async def pid_in(path: Path) -> int:
-    """The pid a tool command wrote to `path` (the file is written by another process)."""
+    """The pid a tool command wrote to `path` (renamed into place by another process)."""
     async with asyncio.timeout(TIMEOUT):
-        while not path.exists() or not path.read_text().endswith("\n"):  # noqa: ASYNC110
+        while (pid := written_pid(path)) is None:  # noqa: ASYNC110 (a file, no event)
             await asyncio.sleep(0.02)
-    return int(path.read_text())
+    return pid
 
 
 async def test_sigterm_kills_the_tool_processes_writes_the_endings_and_exits_143(
