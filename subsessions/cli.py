@@ -99,6 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     mcp.add_argument("--http", metavar="HOST:PORT",
                      help="serve streamable HTTP instead of stdio (loopback by default)")
+    mcp.add_argument("--session-idle-timeout", type=float, metavar="SECONDS",
+                     help="HTTP: close a client's session, cancelling its running "
+                     "sub-sessions, after this long with no request and no open stream "
+                     "(default 120)")
 
     profiles = commands.add_parser("profiles", help="the loaded profiles")
     profile_commands = profiles.add_subparsers(dest="action", required=True, metavar="ACTION")
