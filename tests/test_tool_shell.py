@@ -349,7 +349,7 @@ async def test_bwrap_that_cannot_be_executed_refuses(
     fake.chmod(0o755)
     monkeypatch.setattr(sandbox_module, "BWRAP_PATH", str(fake))
     # started directly, or (root) by the `sh` that puts it in its pids cgroup
-    with pytest.raises(SandboxUnavailable, match="could not be started|Exec format error"):
+    with pytest.raises(SandboxUnavailable, match=r"could not be started|Exec format error"):
         await run(ToolContext(cwd=str(ws)), command=["true"])
 
 
