@@ -64,6 +64,8 @@ class Recorded:
     path: str
     body: Json
     headers: dict[str, str]
+    client_port: int = 0
+    """The client's port: two requests with the same one came over one connection."""
 
     @property
     def stream(self) -> bool:
@@ -644,7 +646,9 @@ class FakeOpenAI:
         except ValueError:
             body = None
         headers = {k.lower(): v for k, v in request.headers.items()}
-        rec = Recorded(request.path, body if isinstance(body, dict) else {}, headers)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        port = peer[1] if isinstance(peer, tuple) else 0
+        rec = Recorded(request.path, body if isinstance(body, dict) else {}, headers, port)
         self.requests.append(rec)
         n = len(self.requests)
         try:

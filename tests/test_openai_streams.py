@@ -13,10 +13,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import openai
-from fake_openai import FakeOpenAI, Reply, fake_openai, raw, settle_sdk_generators
+import pytest
+from fake_openai import FakeOpenAI, Reply, fake_openai, raw, settle_sdk_generators, text
 from openai_support import rollouts
 
 from subsessions import Engine, SessionConfig
+from subsessions.models.base import ModelRequest
 from subsessions.models.openai_chat import OpenAIChatModel
 from subsessions.models.openai_common import RetryPolicy
 from subsessions.models.openai_responses import OpenAIResponsesModel
@@ -215,3 +217,24 @@ async def test_responses_surrogate_halves_in_two_parts_join_into_the_emoji(
 
     assert agent_messages(home) == [SMILE]
     assert len(fake_openai.requests) == 1
+
+
+# -- a stream that ends as it should is read to its end: its connection is reused ------------
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_a_complete_stream_that_ends_leaves_its_connection_for_the_next_request(
+    fake_openai: FakeOpenAI, api: str
+) -> None:
+    fake_openai.reply_with(text("one"), text("two"))
+    kind = OpenAIChatModel if api == "chat" else OpenAIResponsesModel
+    client = kind(openai.AsyncOpenAI(base_url=fake_openai.base_url, api_key="t", max_retries=0))
+    request = ModelRequest(session_id="s", model="m", instructions="x", items=())
+    try:
+        for _ in range(2):
+            await client.respond(request)
+    finally:
+        await client.aclose()
+        await settle_sdk_generators()
+
+    first, second = fake_openai.requests
+    assert first.client_port == second.client_port != 0
+    assert fake_openai.disconnects == 0

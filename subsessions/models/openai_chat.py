@@ -15,6 +15,7 @@ from subsessions.handlers.subsessions import to_chat_tool
 from subsessions.items import Item, assistant_message, function_call, message_text
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.openai_common import (
+    END_GRACE,
     OpenAIModel,
     next_event,
     opened_within,
@@ -95,10 +96,13 @@ class OpenAIChatModel(OpenAIModel):
         finished = False
         async with stream:  # leaving it closes the connection, whether the body ended or not
             iterator = aiter(stream)
-            # The answer is whole at its finish_reason; the usage we asked for follows in
-            # its own chunk, for which a server that never ends the body gets a grace.
-            while usage is None or not finished:
-                wait = self.answer_grace if finished else self.stream_idle_timeout
+            while True:
+                # The answer is whole at its finish_reason; the usage we asked for follows in
+                # a chunk of its own, then the end: neither is waited for long.
+                if not finished:
+                    wait = self.stream_idle_timeout
+                else:
+                    wait = self.usage_grace if usage is None else END_GRACE
                 chunk = await next_event(iterator, wait, complete=finished)
                 if chunk is None:
                     break

@@ -20,9 +20,11 @@ from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.openai_errors import Endpoint, Retryable, classify
 
 T = TypeVar("T")
-ANSWER_GRACE = 2.0
-"""How long a stream whose answer is complete may stay quiet before it is closed
-(Chat sends its usage after the finish_reason; a server may never end the body)."""
+USAGE_GRACE = 2.0
+"""How long Chat's usage chunk is waited for after the finish_reason."""
+END_GRACE = 0.1
+"""How long a complete answer's stream may take to end on its own: read to its end, the
+connection is reused; a server that never ends the body is left after this."""
 
 
 async def next_event(
@@ -175,8 +177,8 @@ class OpenAIModel:
         return evolve(response, output=valid_unicode(response.output))
 
     @property
-    def answer_grace(self) -> float:
-        return min(ANSWER_GRACE, self.stream_idle_timeout)
+    def usage_grace(self) -> float:
+        return min(USAGE_GRACE, self.stream_idle_timeout)
 
     def _arguments(self, request: ModelRequest, model: str) -> dict[str, Any]:
         raise NotImplementedError

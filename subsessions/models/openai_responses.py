@@ -8,6 +8,7 @@ from subsessions.errors import MalformedStream, ModelError
 from subsessions.items import Item, assistant_message, function_call
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.openai_common import (
+    END_GRACE,
     OpenAIModel,
     next_event,
     opened_within,
@@ -91,11 +92,14 @@ class OpenAIResponsesModel(OpenAIModel):
         completed = False
         async with stream:  # leaving it closes the connection, whether the body ended or not
             iterator = aiter(stream)
-            # The answer is whole at response.completed: what follows is not waited for.
-            while not completed:
-                event = await next_event(iterator, self.stream_idle_timeout)
+            while True:
+                # The answer is whole at response.completed: the end is not waited for long.
+                wait = END_GRACE if completed else self.stream_idle_timeout
+                event = await next_event(iterator, wait, complete=completed)
                 if event is None:
                     break
+                if completed:
+                    continue  # the rest is read only so that the connection can be reused
                 kind = getattr(event, "type", None)
                 if kind == "response.output_item.done":
                     item = from_responses_output(event.item.model_dump(mode="json"))
