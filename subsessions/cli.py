@@ -10,9 +10,9 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import NoReturn, TextIO, TypeVar
 
 from subsessions._version import __version__
 from subsessions.config import SessionConfig
@@ -23,6 +23,8 @@ from subsessions.models.factory import build_model_client
 from subsessions.profiles import load_profiles
 from subsessions.rollouts.cli import add_rollout_commands, run_rollouts
 from subsessions.settings import Settings, load_settings, with_overrides
+
+T = TypeVar("T")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     mcp.add_argument("--http", metavar="HOST:PORT",
                      help="serve streamable HTTP instead of stdio (loopback by default)")
+    mcp.add_argument("--session-idle-timeout", type=float, metavar="SECONDS",
+                     help="HTTP: close a client's session, cancelling its running "
+                     "sub-sessions, after this long with no request and no open stream "
+                     "(default 120)")
 
     profiles = commands.add_parser("profiles", help="the loaded profiles")
     profile_commands = profiles.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -182,11 +188,43 @@ def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
         cwd=os.getcwd(), sandbox=args.sandbox, approval=args.approval,
         network_access=args.network, permission_handler=_ask_on_terminal,
     )
-    answer = asyncio.run(
+    answer, terminated = asyncio.run(_until_sigterm(
         _run_session(home, settings, config, args.prompt, getattr(args, "profile", None), resume)
-    )
+    ))
+    if terminated:
+        return 128 + signal.SIGTERM
     out.write(f"{answer or ''}\n")
     return 0
+
+
+async def _until_sigterm(work: Awaitable[T]) -> tuple[T | None, bool]:
+    """Await `work`; SIGTERM cancels it as Ctrl-C does. Returns (result, terminated).
+
+    Without this a SIGTERM kills the process at once: tool commands outside the sandbox
+    (danger-full-access, an approved escalation) live on under init and no rollout ends.
+    Cancelled, the engine aborts the whole tree, kills every tool process group and
+    writes each `turn_aborted` before this returns.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    terminated = False
+
+    def on_sigterm() -> None:
+        nonlocal terminated
+        if not terminated:
+            terminated = True
+            task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    try:
+        return await work, False
+    except asyncio.CancelledError:
+        if not terminated or task.uncancel() > 0:
+            raise  # cancelled by someone else (Ctrl-C): theirs to handle
+        return None, True
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 async def _ask_on_terminal(request: dict[str, object]) -> str:

@@ -15,7 +15,8 @@
     ├── MaxTurnsExceeded          a task looped past its profile's max_turns
     ├── ModelError                the model client failed (scripted or real)
     │   ├── ModelUnavailable      the provider does not serve that model: try a fallback
-    │   └── MalformedStream       the provider broke the protocol; retrying will not help
+    │   ├── MalformedStream       the provider broke the protocol; retrying will not help
+    │   └── InvalidHistory        a history item lacks a field the wire format needs
     ├── ToolNotSupported          a tool the calling agent may not use, or that does not exist
     ├── PermissionDenied          a permission request was not approved
     ├── McpToolError              an MCP server's tool failed (server and tool named)
@@ -141,6 +142,10 @@ class ModelUnavailable(ModelError):
 
 class MalformedStream(ModelError):
     """The provider sent something that is not the protocol; retrying will not help."""
+
+
+class InvalidHistory(ModelError):
+    """A history item cannot be put on the wire (a field is missing): no request is sent."""
 
 
 class ToolNotSupported(SubsessionError):

@@ -43,6 +43,7 @@ __all__ = [
     "fake_openai",
     "model_not_found",
     "rate_limited",
+    "raw",
     "replies",
     "server_error",
     "settle_sdk_generators",
@@ -63,6 +64,8 @@ class Recorded:
     path: str
     body: Json
     headers: dict[str, str]
+    client_port: int = 0
+    """The client's port: two requests with the same one came over one connection."""
 
     @property
     def stream(self) -> bool:
@@ -121,6 +124,8 @@ class Reply:
     error: Json | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     fault: Fault | None = None
+    frames: tuple[bytes, ...] | None = None
+    """Streamed verbatim instead of the frames built from the fields (see ``raw``)."""
 
     def with_reasoning(self, reasoning: str, *, pieces: int = 1) -> Reply:
         return replace(self, reasoning=reasoning, reasoning_pieces=pieces)
@@ -135,7 +140,10 @@ class Reply:
         return replace(self, fault=Fault("drop", events))
 
     def stall_after(self, events: int) -> Reply:
-        """Send ``events`` SSE events, then hold the stream open until the client leaves."""
+        """Send ``events`` SSE events, then hold the stream open until the client leaves.
+
+        ``events`` may be the number of frames: everything is sent, the end never comes.
+        """
         return replace(self, fault=Fault("stall", events))
 
     def bad_json_after(self, events: int) -> Reply:
@@ -179,6 +187,15 @@ def error(
     """An HTTP error with OpenAI's ``{"error": {...}}`` body."""
     body = {"message": message, "type": error_type, "param": param, "code": code}
     return Reply(status=status, error={"error": body}, headers=dict(headers or {}))
+
+
+def raw(*frames: bytes | Json) -> Reply:
+    """A stream of exactly these frames: bytes as they are, a dict as one ``data:`` frame.
+
+    Nothing is added, not even ``data: [DONE]``; with ``.stall_after(len(frames))`` the
+    connection then stays open, as a server that never finishes its body.
+    """
+    return Reply(frames=tuple(f if isinstance(f, bytes) else _sse(f) for f in frames))
 
 
 def rate_limited(retry_after: float = 0.01) -> Reply:
@@ -529,11 +546,20 @@ class FakeOpenAI:
     """The server. ``base_url`` is valid between ``start()`` and ``stop()``."""
 
     def __init__(
-        self, script: Script | None = None, *, chat_reasoning_field: str = "reasoning_content"
+        self,
+        script: Script | None = None,
+        *,
+        chat_reasoning_field: str = "reasoning_content",
+        apis: tuple[Literal["responses", "chat"], ...] = ("responses", "chat"),
     ) -> None:
+        """``apis``: the wire APIs served; any other path answers 404, as OpenAI does for
+        an unknown URL (``("chat",)`` is a chat-only server: Ollama, vLLM, llama.cpp)."""
         self.script: Script = script or _no_script
+        self.apis = apis
         self.chat_reasoning_field = chat_reasoning_field
         self.requests: list[Recorded] = []
+        self.unknown: list[str] = []
+        """Requests for a path not served, as "METHOD /path"; they answered 404."""
         self.disconnects = 0
         """Requests the client abandoned before the server had finished answering."""
         self.completed = 0
@@ -562,8 +588,9 @@ class FakeOpenAI:
 
     async def start(self) -> None:
         app = web.Application()
-        app.router.add_post("/v1/responses", self._handle)
-        app.router.add_post("/v1/chat/completions", self._handle)
+        for api in self.apis:
+            path = "/v1/responses" if api == "responses" else "/v1/chat/completions"
+            app.router.add_post(path, self._handle)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         # handler_cancellation: a client that goes away cancels its handler, which is how
         # a stalled stream learns it was abandoned.
@@ -601,6 +628,7 @@ class FakeOpenAI:
             self._changed.set()
 
     async def _unknown(self, request: web.Request) -> web.Response:
+        self.unknown.append(f"{request.method} {request.path}")
         message = f"Invalid URL ({request.method} {request.path})"
         body = {
             "error": {
@@ -618,7 +646,9 @@ class FakeOpenAI:
         except ValueError:
             body = None
         headers = {k.lower(): v for k, v in request.headers.items()}
-        rec = Recorded(request.path, body if isinstance(body, dict) else {}, headers)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        port = peer[1] if isinstance(peer, tuple) else 0
+        rec = Recorded(request.path, body if isinstance(body, dict) else {}, headers, port)
         self.requests.append(rec)
         n = len(self.requests)
         try:
@@ -645,7 +675,9 @@ class FakeOpenAI:
                 reply.error or {}, status=reply.status, headers={**request_id, **reply.headers}
             )
         if rec.stream:
-            if rec.api == "chat":
+            if reply.frames is not None:
+                frames = list(reply.frames)
+            elif rec.api == "chat":
                 frames = _chat_frames(reply, rec, n, self.chat_reasoning_field)
             else:
                 frames = _responses_frames(reply, rec, n)
@@ -707,6 +739,10 @@ class FakeOpenAI:
                         return response
                     await response.write(_BAD_JSON_FRAME)
                 await response.write(frame)
+            if fault is not None and fault.kind == "stall" and fault.after >= len(frames):
+                await self._stopping.wait()  # all sent; the body never ends
+                finished = True
+                return response
             finished = True
             self.completed += 1
         except ConnectionError:

@@ -70,11 +70,11 @@ def server_args(home: Path, fake: FakeOpenAI, *extra: str) -> list[str]:
 
 @asynccontextmanager
 async def http_server(
-    home: Path, fake: FakeOpenAI, cwd: Path
+    home: Path, fake: FakeOpenAI, cwd: Path, *extra: str
 ) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
-    """`subsessions mcp --http 127.0.0.1:0` as a subprocess: its URL, and the process."""
+    """`subsessions mcp --http 127.0.0.1:0 EXTRA` as a subprocess: its URL, and the process."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *server_args(home, fake, "--http", "127.0.0.1:0"),
+        sys.executable, *server_args(home, fake, "--http", "127.0.0.1:0", *extra),
         cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     try:
         assert proc.stderr is not None

@@ -20,6 +20,7 @@ from fake_openai import (
     fake_openai,
     model_not_found,
     rate_limited,
+    raw,
     server_error,
     settle_sdk_generators,
     split,
@@ -542,3 +543,36 @@ async def test_stream_ended_by_server_shutdown_ends_quietly(api: Api) -> None:
 
     assert len([first, *rest]) == 2
     assert fake.disconnects == 0
+
+
+async def test_raw_frames_are_sent_verbatim_then_held_open(
+    fake_openai: FakeOpenAI, client: AsyncOpenAI
+) -> None:
+    """``raw(...).stall_after(len(frames))``: every frame arrives, the body never ends."""
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": CREATED, "model": "m",
+             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    fake_openai.reply_with(raw(chunk).stall_after(1))
+    stream = await create(client, "chat", stream=True)
+    first = await stream.__anext__()
+    with pytest.raises(TimeoutError):  # neither [DONE] nor the end of the body comes
+        async with asyncio.timeout(0.3):
+            await drain(stream)
+    await stream.close()
+
+    assert first.choices[0].delta.content == "hi"
+    await fake_openai.wait_for_disconnects(1)
+    assert fake_openai.completed == 0
+
+
+async def test_a_chat_only_server_answers_responses_with_404() -> None:
+    async with (
+        FakeOpenAI(lambda _: text("ok"), apis=("chat",)) as fake,
+        AsyncOpenAI(base_url=fake.base_url, api_key="test", max_retries=0) as client,
+    ):
+        with pytest.raises(openai.NotFoundError, match="Invalid URL"):
+            await create(client, "responses", stream=True)
+        answer = await create(client, "chat", stream=False)
+
+    assert answer.choices[0].message.content == "ok"
+    assert fake.unknown == ["POST /v1/responses"]
+    assert [r.api for r in fake.requests] == ["chat"]

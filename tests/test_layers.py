@@ -101,7 +101,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     1: ("children", "config", "environment", "events", "handlers.ask_user", "profiles",
         "settings", "specs", "tools.schema", "tree"),
     2: ("mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
-        "models.factory", "models.openai_chat", "models.openai_common",
+        "models.factory", "models.openai_chat", "models.openai_common", "models.openai_errors",
         "models.openai_responses", "models.scripted", "rollouts", "rollouts.files",
         "rollouts.follow", "rollouts.index", "rollouts.listing", "rollouts.reader",
         "rollouts.recorder", "rollouts.records", "rollouts.render", "rollouts.summary", "tools",
@@ -114,8 +114,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
     5: ("handlers.subsessions", "router", "task"),
     6: ("resume", "session"),
     7: ("engine",),
-    8: ("", "__main__", "cli", "demo", "demo_work", "mcp.app", "mcp.server", "rollouts.cli",
-        "testing"),
+    8: ("", "__main__", "cli", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.server",
+        "rollouts.cli", "testing"),
 }
 
 

@@ -29,12 +29,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from subsessions._version import __version__
 from subsessions.children import ChildInfo
-from subsessions.config import SessionConfig
 from subsessions.engine import Engine
-from subsessions.errors import EngineClosed, SubsessionError, UnknownSession, error_text
+from subsessions.errors import SubsessionError, UnknownSession, error_text
 from subsessions.handlers import subsessions as subsession_tools
+from subsessions.mcp.connection import ClientConnection, own_session
 from subsessions.mcp.transcript import render_transcript
-from subsessions.rollouts import find_rollout, read_rollout
+from subsessions.rollouts import read_rollout
 from subsessions.session import Session
 from subsessions.settings import Settings
 from subsessions.specs import tool_specs
@@ -58,55 +58,10 @@ INSTRUCTIONS = (
     "Delegate work to sub-sessions: create_session starts one from a profile and returns its "
     "id at once; wait_session / wait_sessions collect answers (with progress notifications "
     "when asked for); cancel_session stops one; list_sessions shows them all. Each connection "
-    "is one parent session: disconnecting cancels its running sub-sessions. Every session's "
-    "transcript is the resource rollout://{session_id}."
+    "is one parent session: disconnecting cancels its running sub-sessions. The transcript "
+    "of each of this connection's sessions is the resource rollout://{session_id}."
 )
 _STATE_KEY = "subsessions.client"
-
-
-class ClientConnection:
-    """One MCP client connection: its top-level session, made on first use."""
-
-    def __init__(self, engine: Engine, settings: Settings) -> None:
-        self._engine = engine
-        self._settings = settings
-        self._session: Session | None = None
-        self._lock = asyncio.Lock()
-        self._closed = False
-
-    def __repr__(self) -> str:
-        sid = self._session.session_id if self._session else None
-        return f"<ClientConnection session={sid} closed={self._closed}>"
-
-    @property
-    def session_or_none(self) -> Session | None:
-        return self._session
-
-    async def session(self) -> Session:
-        async with self._lock:
-            if self._closed:
-                raise EngineClosed()
-            if self._session is None:
-                config = SessionConfig(max_depth=self._settings.max_depth,
-                                       max_children=self._settings.max_children,
-                                       env_policy=self._settings.env_policy)
-                session = await self._engine.create_session(config, source="mcp")
-                self._session = session
-            return self._session
-
-    async def close(self) -> None:
-        """The client went away: abort its children and forget its session."""
-        async with self._lock:  # a session being made now is made, then destroyed here
-            self._closed = True
-            session, self._session = self._session, None
-        if session is None:
-            return
-        running = len(session.subsessions.running())
-        log.info("MCP client of session %s gone; aborting %d running sub-session(s)",
-                 session.session_id, running)
-        # UnknownSession: the engine closed first and has already aborted everything
-        with contextlib.suppress(UnknownSession):
-            await self._engine.destroy_session(session.session_id)
 
 
 def _text_result(text: str, *, error: bool = False) -> types.CallToolResult:
@@ -308,8 +263,8 @@ class SubsessionsMcp:
     ) -> types.ListResourceTemplatesResult:
         template = types.ResourceTemplate(
             uri_template=f"{SCHEME}{{session_id}}", name="rollout",
-            description="The readable transcript of a session's rollout (any session in "
-            "this server's home)", mime_type="text/plain",
+            description="The readable transcript of a session's rollout (this "
+            "connection's own sessions only)", mime_type="text/plain",
         )
         return types.ListResourceTemplatesResult(resource_templates=[template])
 
@@ -319,24 +274,17 @@ class SubsessionsMcp:
         uri = str(params.uri)
         if not uri.startswith(SCHEME):
             raise MCPError(code=RESOURCE_NOT_FOUND, message=f"not a rollout:// URI: {uri}")
-        session_id = uri[len(SCHEME):].rstrip("/")
-        await self._flush(session_id)
         try:
-            rollout = read_rollout(find_rollout(self.engine.home, session_id))
+            session = own_session(self.client_for(ctx), uri[len(SCHEME):].rstrip("/"))
+            if session.wrote_meta:  # what it has recorded reaches the disk first
+                with contextlib.suppress(RuntimeError):  # the writer is closed already
+                    await session.recorder.flush_durable()
+            rollout = read_rollout(session.recorder.path)
         except SubsessionError as exc:
             raise MCPError(code=RESOURCE_NOT_FOUND, message=str(exc), data={"uri": uri}) from None
         return types.ReadResourceResult(contents=[types.TextResourceContents(
             uri=uri, mime_type="text/plain", text=render_transcript(rollout),
         )])
-
-    async def _flush(self, session_id: str) -> None:
-        """A live session's transcript is read after what it has recorded reaches the disk."""
-        for top in self.engine.sessions():
-            for session in (top, *top.subsessions.tree()):
-                if session.session_id == session_id and session.wrote_meta:
-                    with contextlib.suppress(RuntimeError):  # the writer is closed already
-                        await session.recorder.flush_durable()
-                    return
 
 
 async def _no_discover(ctx: Context, params: types.RequestParams) -> None:

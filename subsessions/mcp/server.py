@@ -2,12 +2,18 @@
 
     subsessions mcp [--home DIR] [model options]            # stdio (what hosts launch)
     subsessions mcp --http 127.0.0.1:8765 [...]             # streamable HTTP at /mcp
+        [--session-idle-timeout SECONDS]                    # default 120
 
 One `Engine` serves every connection; each connection is one top-level session
 (see `subsessions.mcp.app`). HTTP listens on loopback only unless the operator opts
 in (`SUBSESSIONS_MCP_ALLOW_REMOTE=1`, or `args.allow_remote`): the server has no
 authentication, and whoever reaches it spends the configured model account and reads
 every rollout in the home.
+
+An HTTP client that goes away without ending its MCP session (a crash, a dropped
+network) leaves no request in flight and no open stream: after `--session-idle-timeout`
+seconds of that, its session is closed and its running children are aborted. (A
+connected client of the official SDKs keeps a GET stream open, so it is never idle.)
 
 Exit: stdin closing (stdio), SIGTERM or Ctrl-C close the engine (every child is
 aborted, its rollout ends with `turn_aborted`) and the model client. Exit code 0 when
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -37,6 +44,7 @@ if TYPE_CHECKING:
     from subsessions.mcp.app import SubsessionsMcp
 
 ALLOW_REMOTE_ENV = "SUBSESSIONS_MCP_ALLOW_REMOTE"
+DEFAULT_SESSION_IDLE_TIMEOUT = 120.0  # seconds; the SDK's own default is 30 minutes
 _SDK_MODULES = {"mcp", "mcp_types", "uvicorn", "starlette", "anyio", "httpx2", "sse_starlette"}
 
 
@@ -63,10 +71,21 @@ def check_http_host(host: str, allow_remote: bool) -> None:
     )
 
 
+def check_idle_timeout(seconds: float | None) -> float:
+    """`--session-idle-timeout`: a positive, finite number of seconds (default 120)."""
+    if seconds is None:
+        return DEFAULT_SESSION_IDLE_TIMEOUT
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError("command line", "--session-idle-timeout",
+                          f"must be a positive number of seconds, not {seconds}")
+    return seconds
+
+
 def run_mcp_command(args: argparse.Namespace, home: Path, settings: Settings) -> int:
     """Serve until the client (stdio) or a signal ends it; returns the exit code."""
     address = getattr(args, "http", None)
     http: tuple[str, int] | None = None
+    idle_timeout = check_idle_timeout(getattr(args, "session_idle_timeout", None))
     if address:
         http = parse_http_address(address)
         allow = bool(getattr(args, "allow_remote", False)) or os.environ.get(
@@ -82,12 +101,14 @@ def run_mcp_command(args: argparse.Namespace, home: Path, settings: Settings) ->
             "pip install 'subsessions[mcp]'"
         ) from None
     try:
-        return asyncio.run(_main(home, settings, http))
+        return asyncio.run(_main(home, settings, http, idle_timeout))
     except KeyboardInterrupt:
         return 130
 
 
-async def _main(home: Path, settings: Settings, http: tuple[str, int] | None) -> int:
+async def _main(
+    home: Path, settings: Settings, http: tuple[str, int] | None, idle_timeout: float
+) -> int:
     from subsessions.engine import Engine
     from subsessions.mcp.app import SubsessionsMcp
 
@@ -98,7 +119,7 @@ async def _main(home: Path, settings: Settings, http: tuple[str, int] | None) ->
                           mcp_servers=settings.mcp_servers, mcp_source=settings.source) as engine:
             app = SubsessionsMcp(engine, settings, http=http is not None)
             if http is not None:
-                signalled = await _serve_http(app, *http)
+                signalled = await _serve_http(app, *http, idle_timeout)
                 return 0 if signalled is None else 128 + signalled
             signalled = await _serve_stdio(app)
             if signalled is None:
@@ -172,7 +193,9 @@ async def _run_stdio(app: SubsessionsMcp) -> None:
         await app.stdio_client.close()
 
 
-async def _serve_http(app: SubsessionsMcp, host: str, port: int) -> int | None:
+async def _serve_http(
+    app: SubsessionsMcp, host: str, port: int, idle_timeout: float
+) -> int | None:
     """Serve until SIGINT or SIGTERM; returns the signal that ended it."""
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
@@ -200,7 +223,8 @@ async def _serve_http(app: SubsessionsMcp, host: str, port: int) -> int | None:
             allowed_hosts=[f"{h}:*" for h in sorted(hosts)],
             allowed_origins=[f"http://{h}:*" for h in sorted(hosts)],
         )
-    starlette_app = app.server.streamable_http_app(host=host, transport_security=security)
+    starlette_app = app.server.streamable_http_app(
+        host=host, transport_security=security, session_idle_timeout=idle_timeout)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:

@@ -14,11 +14,13 @@ from subsessions.errors import MalformedStream
 from subsessions.items import Item, assistant_message, function_call, message_text
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.openai_common import (
+    END_GRACE,
     OpenAIModel,
-    Retryable,
-    next_or_stall,
+    next_event,
     opened_within,
+    required,
 )
+from subsessions.models.openai_errors import Retryable
 from subsessions.tools.schema import to_chat_tool
 
 _ROLES = {"user": "user", "developer": "system", "system": "system", "assistant": "assistant"}
@@ -36,9 +38,11 @@ def to_chat_messages(instructions: str, items: tuple[Item, ...]) -> list[dict[st
             messages.append({"role": role, "content": message_text(item) or ""})
         elif kind == "function_call":
             call = {
-                "id": item["call_id"],
+                "id": required(item, "call_id"),
                 "type": "function",
-                "function": {"name": item["name"], "arguments": item["arguments"]},
+                "function": {
+                    "name": required(item, "name"), "arguments": required(item, "arguments")
+                },
             }
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":
@@ -47,7 +51,11 @@ def to_chat_messages(instructions: str, items: tuple[Item, ...]) -> list[dict[st
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
             messages.append(
-                {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
+                {
+                    "role": "tool",
+                    "tool_call_id": required(item, "call_id"),
+                    "content": required(item, "output"),
+                }
             )
     return messages
 
@@ -64,7 +72,9 @@ class _Call:
 class OpenAIChatModel(OpenAIModel):
     """Streams Chat Completions through one shared `AsyncOpenAI` client."""
 
-    async def _stream_once(self, request: ModelRequest, model: str) -> ModelResponse:
+    wire_api = "chat"
+
+    def _arguments(self, request: ModelRequest, model: str) -> dict[str, Any]:
         arguments: dict[str, Any] = {
             "model": model,
             "messages": to_chat_messages(request.instructions, request.items),
@@ -73,20 +83,28 @@ class OpenAIChatModel(OpenAIModel):
         }
         if request.tools:
             arguments["tools"] = [to_chat_tool(spec) for spec in request.tools]
+        return arguments
+
+    async def _stream_once(self, arguments: dict[str, Any]) -> ModelResponse:
         stream = await opened_within(
             self.client.chat.completions.create(**arguments), self.stream_idle_timeout
         )
         text: list[str] = []
         reasoning: list[str] = []
         calls: dict[int, _Call] = {}
-        usage = TokenUsage()
+        usage: TokenUsage | None = None
         finished = False
-        async with stream:
+        async with stream:  # leaving it closes the connection, whether the body ended or not
             iterator = aiter(stream)
             while True:
-                try:
-                    chunk = await next_or_stall(iterator, self.stream_idle_timeout)
-                except StopAsyncIteration:
+                # The answer is whole at its finish_reason; the usage we asked for follows in
+                # a chunk of its own, then the end: neither is waited for long.
+                if not finished:
+                    wait = self.stream_idle_timeout
+                else:
+                    wait = self.usage_grace if usage is None else END_GRACE
+                chunk = await next_event(iterator, wait, complete=finished)
+                if chunk is None:
                     break
                 if chunk.usage is not None:
                     usage = TokenUsage(
@@ -100,9 +118,11 @@ class OpenAIChatModel(OpenAIModel):
                     if choice.finish_reason is not None:
                         finished = True
         if not finished:
-            raise Retryable(f"{self.provider} ended the stream before a finish_reason")
+            raise Retryable(f"{self.endpoint} ended the stream before a finish_reason")
         return ModelResponse(
-            output=_items(text, reasoning, calls), usage=usage, model=model
+            output=_items(text, reasoning, calls),
+            usage=usage or TokenUsage(),
+            model=arguments["model"],
         )
 
 

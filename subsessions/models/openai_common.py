@@ -1,4 +1,4 @@
-"""What both OpenAI wire clients share: retries, stall detection, fallback, error texts.
+"""What both OpenAI wire clients share: retries, stall detection, fallback, clean text.
 
 The SDK's own retries are switched off (`max_retries=0`): a stream can also drop
 or stall after the request succeeded, and one policy should cover every case.
@@ -9,82 +9,69 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import openai
+from attrs import evolve
 
-from subsessions.errors import MalformedStream, ModelError, ModelUnavailable
+from subsessions.errors import InvalidHistory, ModelError, ModelUnavailable
+from subsessions.items import Item
 from subsessions.models.base import ModelRequest, ModelResponse
+from subsessions.models.openai_errors import Endpoint, Retryable, classify
 
 T = TypeVar("T")
-
-MAX_RETRY_AFTER = 60.0
-
-
-
-
-class Retryable(Exception):
-    """A failure worth another attempt: 429, 5xx, a dropped or stalled stream."""
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+USAGE_GRACE = 2.0
+"""How long Chat's usage chunk is waited for after the finish_reason."""
+END_GRACE = 0.1
+"""How long a complete answer's stream may take to end on its own: read to its end, the
+connection is reused; a server that never ends the body is left after this."""
 
 
-def _retry_after(response: Any) -> float | None:
-    headers = getattr(response, "headers", None) or {}
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, min(float(value) * scale, MAX_RETRY_AFTER))
-        except ValueError:
-            return None
-    return None
+async def next_event(
+    iterator: AsyncIterator[T], idle_timeout: float, *, complete: bool = False
+) -> T | None:
+    """The next stream event, or None at the end of the stream.
 
-
-def _is_model_missing(exc: openai.APIStatusError) -> bool:
-    body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error", body) if isinstance(body, dict) else {}
-    code = error.get("code") if isinstance(error, dict) else None
-    text = str(exc.message).lower()
-    if code == "model_not_found" or exc.status_code == 404:
-        return True
-    return exc.status_code == 400 and "model" in text and (
-        "not found" in text or "does not exist" in text
-    )
-
-
-def classify(exc: BaseException, provider: str) -> BaseException:
-    """Map an SDK or transport exception to retryable, unavailable, or a final ModelError."""
-    if isinstance(exc, ModelError | Retryable | asyncio.CancelledError):
-        return exc
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        detail = f"{provider} returned HTTP {status}: {exc.message}"
-        if status == 429 or status >= 500:
-            return Retryable(detail, _retry_after(exc.response))
-        if _is_model_missing(exc):
-            return ModelUnavailable(detail)
-        return ModelError(detail)
-    if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError):
-        return Retryable(f"connection to {provider} failed: {exc}")
-    if isinstance(exc, ValueError | openai.APIResponseValidationError):
-        return MalformedStream(f"malformed response from {provider}: {exc}")
-    if isinstance(exc, openai.APIError):
-        return ModelError(f"{provider} stream error: {exc.message}")
-    # Anything else from the transport mid-stream (a dropped connection, a reset).
-    return Retryable(f"connection to {provider} dropped: {type(exc).__name__}: {exc}")
-
-
-async def next_or_stall(iterator: AsyncIterator[T], idle_timeout: float) -> T:
-    """The next stream event; a gap longer than `idle_timeout` is a retryable stall."""
+    Until the answer is `complete`, a gap longer than `idle_timeout` is a retryable
+    stall; after it, a gap only ends the stream: the server has said everything.
+    """
     try:
         async with asyncio.timeout(idle_timeout):
             return await anext(iterator)
+    except StopAsyncIteration:
+        return None
     except TimeoutError:
+        if complete:
+            return None
         raise Retryable(f"stream idle for more than {round(idle_timeout * 1000)}ms") from None
+
+
+def required(item: Item, key: str) -> Any:
+    """A field the wire format needs: its absence is a broken history, not a server fault."""
+    try:
+        return item[key]
+    except KeyError:
+        kind = item.get("type", "untyped")
+        raise InvalidHistory(f"a {kind} item without {key} cannot be sent to the model") from None
+
+
+def valid_unicode(value: Any) -> Any:
+    """`value` with every string valid Unicode, whatever JSON the server sent.
+
+    JSON may carry UTF-16 surrogate halves (`"\\ud83d"` then `"\\ude00"`) in separate
+    chunks: joined, a pair becomes its character; a half that never pairs becomes U+FFFD.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return value
+    if isinstance(value, dict):
+        return {k: valid_unicode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(valid_unicode(v) for v in value)
+    return value
 
 
 async def opened_within(opening: Awaitable[T], idle_timeout: float) -> T:
@@ -112,19 +99,20 @@ class RetryPolicy:
         backoff: float = self.base_delay * (2.0**attempt)
         return min(self.max_delay, backoff) * random.uniform(0.5, 1.0)
 
-    async def run(self, attempt_once: Callable[[], Awaitable[T]], provider: str) -> T:
+    async def run(self, attempt_once: Callable[[], Awaitable[T]], endpoint: Endpoint) -> T:
         attempt = 0
         while True:
             try:
                 return await attempt_once()
             except Exception as raw:
-                exc = classify(raw, provider)
+                exc = classify(raw, endpoint)
                 if not isinstance(exc, Retryable):
+                    if exc is raw:  # our own error, or a local bug: as it is
+                        raise
                     raise exc from raw
                 if attempt >= self.max_retries:
-                    raise ModelError(
-                        f"{exc} (gave up after {attempt + 1} attempts)"
-                    ) from raw
+                    tries = f"{attempt + 1} attempts" if attempt else "1 attempt"
+                    raise ModelError(f"{exc} (gave up after {tries})") from raw
                 await asyncio.sleep(self.delay(attempt, exc.retry_after))
                 attempt += 1
 
@@ -149,8 +137,12 @@ async def respond_with_fallback(
 class OpenAIModel:
     """What both wire clients share: one `AsyncOpenAI`, the retry policy, the fallbacks.
 
-    A subclass streams one attempt at one model in `_stream_once`.
+    A subclass turns a request into the call's arguments in `_arguments` (once per
+    model: a history it cannot send fails before any request) and streams one attempt
+    in `_stream_once`.
     """
+
+    wire_api: ClassVar[str]
 
     def __init__(
         self,
@@ -162,11 +154,12 @@ class OpenAIModel:
     ) -> None:
         self.client = client
         self.provider = provider
+        self.endpoint = Endpoint(provider, str(client.base_url).rstrip("/"), self.wire_api)
         self.retry = retry or RetryPolicy()
         self.stream_idle_timeout = stream_idle_timeout
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.provider} {self.client.base_url}>"
+        return f"<{type(self).__name__} {self.endpoint}>"
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -175,10 +168,20 @@ class OpenAIModel:
         return await respond_with_fallback(request, self._respond_as)
 
     async def _respond_as(self, request: ModelRequest, model: str) -> ModelResponse:
+        arguments = self._arguments(request, model)
+
         async def attempt() -> ModelResponse:
-            return await self._stream_once(request, model)
+            return await self._stream_once(arguments)
 
-        return await self.retry.run(attempt, self.provider)
+        response = await self.retry.run(attempt, self.endpoint)
+        return evolve(response, output=valid_unicode(response.output))
 
-    async def _stream_once(self, request: ModelRequest, model: str) -> ModelResponse:
+    @property
+    def usage_grace(self) -> float:
+        return min(USAGE_GRACE, self.stream_idle_timeout)
+
+    def _arguments(self, request: ModelRequest, model: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def _stream_once(self, arguments: dict[str, Any]) -> ModelResponse:
         raise NotImplementedError

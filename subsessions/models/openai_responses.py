@@ -8,11 +8,13 @@ from subsessions.errors import MalformedStream, ModelError
 from subsessions.items import Item, assistant_message, function_call
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.openai_common import (
+    END_GRACE,
     OpenAIModel,
-    Retryable,
-    next_or_stall,
+    next_event,
     opened_within,
+    required,
 )
+from subsessions.models.openai_errors import Retryable
 
 
 def to_responses_input(items: tuple[Item, ...]) -> list[dict[str, Any]]:
@@ -22,9 +24,17 @@ def to_responses_input(items: tuple[Item, ...]) -> list[dict[str, Any]]:
         kind = item.get("type")
         if kind == "function_call_output":
             converted.append(
-                {"type": kind, "call_id": item["call_id"], "output": item["output"]}
+                {
+                    "type": kind,
+                    "call_id": required(item, "call_id"),
+                    "output": required(item, "output"),
+                }
             )
-        elif kind in ("message", "function_call"):
+        elif kind == "function_call":
+            for key in ("call_id", "name", "arguments"):
+                required(item, key)
+            converted.append(item)
+        elif kind == "message":
             converted.append(item)
         # reasoning items are not sent back: without encrypted content they are not accepted
     return converted
@@ -57,7 +67,9 @@ def from_responses_output(raw: dict[str, Any]) -> Item | None:
 class OpenAIResponsesModel(OpenAIModel):
     """Streams `POST /responses` through one shared `AsyncOpenAI` client."""
 
-    async def _stream_once(self, request: ModelRequest, model: str) -> ModelResponse:
+    wire_api = "responses"
+
+    def _arguments(self, request: ModelRequest, model: str) -> dict[str, Any]:
         arguments: dict[str, Any] = {
             "model": model,
             "input": to_responses_input(request.items),
@@ -69,19 +81,25 @@ class OpenAIResponsesModel(OpenAIModel):
         if request.tools:
             arguments["tools"] = list(request.tools)
             arguments["parallel_tool_calls"] = True
+        return arguments
+
+    async def _stream_once(self, arguments: dict[str, Any]) -> ModelResponse:
         stream = await opened_within(
             self.client.responses.create(**arguments), self.stream_idle_timeout
         )
         items: list[Item] = []
         usage = TokenUsage()
         completed = False
-        async with stream:
+        async with stream:  # leaving it closes the connection, whether the body ended or not
             iterator = aiter(stream)
             while True:
-                try:
-                    event = await next_or_stall(iterator, self.stream_idle_timeout)
-                except StopAsyncIteration:
+                # The answer is whole at response.completed: the end is not waited for long.
+                wait = END_GRACE if completed else self.stream_idle_timeout
+                event = await next_event(iterator, wait, complete=completed)
+                if event is None:
                     break
+                if completed:
+                    continue  # the rest is read only so that the connection can be reused
                 kind = getattr(event, "type", None)
                 if kind == "response.output_item.done":
                     item = from_responses_output(event.item.model_dump(mode="json"))
@@ -103,8 +121,8 @@ class OpenAIResponsesModel(OpenAIModel):
                 elif kind in ("response.failed", "error"):
                     raise ModelError(f"{self.provider} reported an error: {_event_error(event)}")
         if not completed:
-            raise Retryable(f"{self.provider} ended the stream before response.completed")
-        return ModelResponse(output=tuple(items), usage=usage, model=model)
+            raise Retryable(f"{self.endpoint} ended the stream before response.completed")
+        return ModelResponse(output=tuple(items), usage=usage, model=arguments["model"])
 
 
 def _event_error(event: Any) -> str:

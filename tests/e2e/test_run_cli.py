@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -288,3 +289,78 @@ async def test_ctrl_c_aborts_parent_and_child_and_exits_130(
     assert len(found) == 2
     for records in found.values():
         assert last_event(records)["type"] == "turn_aborted", records[-1]
+
+
+# -- SIGTERM --------------------------------------------------------------------------------
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a container's init may never reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def written_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+async def pid_in(path: Path) -> int:
+    """The pid a tool command wrote to `path` (renamed into place by another process)."""
+    async with asyncio.timeout(TIMEOUT):
+        while (pid := written_pid(path)) is None:  # noqa: ASYNC110 (a file, no event)
+            await asyncio.sleep(0.02)
+    return pid
+
+
+async def test_sigterm_kills_the_tool_processes_writes_the_endings_and_exits_143(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """An unsandboxed command (danger-full-access) must not outlive a SIGTERMed run."""
+    pidfile = tmp_path / "sleep.pid"
+    script_text = f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && exec sleep 600"
+    parent_waiting = asyncio.Event()
+
+    def script(request: Recorded) -> Reply:
+        if is_worker(request):
+            return calls(call("shell", {"command": ["sh", "-c", script_text],
+                                        "timeout_ms": 3_600_000}))
+        done = tool_outputs(request)
+        if not done:
+            return calls(call("create_session", {"session_type": "worker", "prompt": "sleep"}))
+        parent_waiting.set()
+        child_id = json.loads(done[0])["session_id"]
+        return calls(call("wait_session", {"session_id": child_id, "timeout_ms": 3_600_000}))
+
+    fake_openai.script = script
+    home = make_home(tmp_path)
+    proc = await start(
+        *run_args(home, fake_openai.base_url, "sleep in a child", "--wire-api", "chat",
+                  "--sandbox", "danger-full-access"),
+        cwd=tmp_path,
+    )
+    sleeper = 0
+    try:
+        sleeper = await pid_in(pidfile)
+        async with asyncio.timeout(TIMEOUT):
+            await parent_waiting.wait()
+        assert alive(sleeper)
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if sleeper and alive(sleeper):
+            os.kill(sleeper, signal.SIGKILL)
+            pytest.fail(f"the tool's sleep (pid {sleeper}) outlived `subsessions run`")
+
+    assert proc.returncode == 128 + signal.SIGTERM, err.decode()
+    assert "Traceback" not in err.decode()
+    found = rollouts(home)
+    assert len(found) == 2
+    for records in found.values():
+        assert last_event(records) == {"type": "turn_aborted", "reason": "cancelled"}

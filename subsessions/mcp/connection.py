@@ -1,0 +1,83 @@
+"""One MCP client connection: its top-level session, and the only sessions it may reach.
+
+A connection (stdio: the process's one client; HTTP: one MCP session) sees, waits for,
+cancels and reads only its own parent session and that session's descendants (DESIGN 4,
+"Isolation between hosts"). When it ends, its running children are aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from subsessions.config import SessionConfig
+from subsessions.engine import Engine
+from subsessions.errors import EngineClosed, UnknownSession
+from subsessions.manager import Member
+from subsessions.rollouts.files import check_id
+from subsessions.session import Session
+from subsessions.settings import Settings
+
+log = logging.getLogger("subsessions.mcp")
+
+
+class ClientConnection:
+    """One MCP client connection: its top-level session, made on first use."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._session: Session | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        sid = self._session.session_id if self._session else None
+        return f"<ClientConnection session={sid} closed={self._closed}>"
+
+    @property
+    def session_or_none(self) -> Session | None:
+        return self._session
+
+    async def session(self) -> Session:
+        async with self._lock:
+            if self._closed:
+                raise EngineClosed()
+            if self._session is None:
+                config = SessionConfig(max_depth=self._settings.max_depth,
+                                       max_children=self._settings.max_children,
+                                       env_policy=self._settings.env_policy)
+                session = await self._engine.create_session(config, source="mcp")
+                self._session = session
+            return self._session
+
+    async def close(self) -> None:
+        """The client went away: abort its children and forget its session."""
+        async with self._lock:  # a session being made now is made, then destroyed here
+            self._closed = True
+            session, self._session = self._session, None
+        if session is None:
+            return
+        running = len(session.subsessions.running())
+        log.info("MCP client of session %s gone; aborting %d running sub-session(s)",
+                 session.session_id, running)
+        # UnknownSession: the engine closed first and has already aborted everything
+        with contextlib.suppress(UnknownSession):
+            await self._engine.destroy_session(session.session_id)
+
+
+def own_session(client: ClientConnection, session_id: str) -> Member:
+    """The connection's parent session or one of its descendants, by exact id.
+
+    Nothing else in the home is reachable, and an id that is not the connection's own is
+    `unknown session {id}` whether or not it exists: no prefix matching, so no error
+    can name (or confirm) another client's session.
+    """
+    wanted = check_id(session_id)
+    parent = client.session_or_none
+    if parent is not None:
+        for session in (parent, *parent.subsessions.tree()):
+            if session.session_id == wanted:
+                return session
+    raise UnknownSession(session_id)
