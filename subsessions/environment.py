@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -96,3 +97,14 @@ def env_policy_from_table(table: Any, source: str) -> EnvPolicy:
         else:
             raise ConfigError(source, f"{where}.{key}", "unknown key")
     return EnvPolicy(**values)
+
+
+def command_environment(policy: EnvPolicy) -> dict[str, str]:
+    """`policy` applied to this process's environment: worked out once per environment (a
+    command is started often; the environment seldom changes), a fresh dict each call."""
+    return dict(_applied(policy, tuple(os.environb.items())))
+
+
+@functools.lru_cache(maxsize=16)
+def _applied(policy: EnvPolicy, environb: tuple[tuple[bytes, bytes], ...]) -> dict[str, str]:
+    return policy.apply({os.fsdecode(k): os.fsdecode(v) for k, v in environb})

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from subsessions.environment import command_environment
 from subsessions.errors import InvalidArguments
 from subsessions.tools import limits, sandbox
 from subsessions.tools.approval import approve_shell
@@ -122,7 +123,7 @@ async def run_shell(context: ToolContext, arguments: dict[str, Any], invocation:
         raise InvalidArguments(NAME, "command must not contain NUL characters")
     workdir = _workdir(context, arguments.get("workdir"))
     timeout_ms = _timeout_ms(arguments.get("timeout_ms"))
-    env = context.env_policy.apply(os.environ)  # never the engine's secrets (Codex's policy)
+    env = command_environment(context.env_policy)  # never the engine's secrets (Codex's policy)
     _check_program(command[0], workdir, env)  # before anyone is asked to approve it
     sandboxed = await approve_shell(
         context,
