@@ -55,7 +55,7 @@ def bare_runner(
         async with contextlib.AsyncExitStack() as stack:
             procs = None
             if max_processes is not None:
-                procs = await stack.enter_async_context(limits.process_cgroup(max_processes))
+                procs = stack.enter_context(limits.process_cgroup(max_processes))
             process = await asyncio.create_subprocess_exec(
                 *limits.limited(argv, procs), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=pass_fds,

@@ -92,6 +92,17 @@ def test_a_normal_user_gets_the_same_sandbox(mode: str) -> None:
         assert (workspace / "ok").exists() is (mode == "workspace-write"), done
 
 
+@needs_bwrap
+@pytest.mark.parametrize("mode", SANDBOXED)
+async def test_no_nested_user_namespace_gives_capabilities_back(ws: Path, mode: str) -> None:
+    if shutil.which("unshare") is None:
+        pytest.skip("util-linux unshare is not installed")
+    script = "unshare --user --map-root-user sh -c 'mount -t tmpfs none /tmp && echo mounted'"
+    result = await run(ToolContext(cwd=str(ws), sandbox=mode), ["sh", "-c", script])
+    assert "mounted" not in result["output"]
+    assert result["metadata"]["exit_code"] != 0
+
+
 # -- item 3: the engine's secrets never reach a command ------------------------------------------
 @pytest.mark.parametrize("mode", ["danger-full-access", pytest.param("workspace-write",
                                                                      marks=needs_bwrap)])

@@ -12,14 +12,17 @@ the command runs unbounded, as before: the output caps and timeouts still hold.
 
 from __future__ import annotations
 
-import asyncio
+import atexit
 import contextlib
 import functools
 import itertools
 import os
 import shutil
-from collections.abc import AsyncIterator
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from attrs import Factory, define
 
 _V1 = Path("/sys/fs/cgroup/pids")
 _V2 = Path("/sys/fs/cgroup")
@@ -41,38 +44,75 @@ def pids_root() -> Path | None:
     return None
 
 
-@contextlib.asynccontextmanager
-async def process_cgroup(max_processes: int) -> AsyncIterator[Path | None]:
-    """A fresh pids cgroup bounded to `max_processes` (its `cgroup.procs` path), removed after."""
-    root = pids_root()
-    if root is None:
-        yield None
-        return
-    folder = root / "subsessions" / f"{os.getpid()}-{next(_numbers)}"
+@define
+class _CgroupPool:
+    """This process's pids cgroups: one per running command, reused once empty (making and
+    removing one per command costs more than the rest of the tool, and the kernel keeps an
+    ended command's cgroup busy for a few ms), removed at exit."""
+
+    _made: list[Path] = Factory(list)
+    _free: list[Path] = Factory(list)  # made, not in use (perhaps still emptying)
+
+    def take(self, root: Path, max_processes: int) -> Path | None:
+        folder = next((f for f in self._free if not _members(f)), None)
+        if folder is not None:
+            self._free.remove(folder)
+        else:
+            folder = root / "subsessions" / f"{os.getpid()}-{next(_numbers)}"
+            try:
+                folder.mkdir(parents=True)
+            except OSError:
+                return None
+            self._made.append(folder)
+        try:
+            (folder / "pids.max").write_text(str(max_processes))
+        except OSError:
+            self._free.append(folder)
+            return None
+        return folder
+
+    def give_back(self, folder: Path) -> None:
+        self._free.append(folder)
+
+    def remove_all(self) -> None:
+        deadline = time.monotonic() + 1.0
+        left = list(self._made)
+        while left and time.monotonic() < deadline:
+            for folder in list(left):
+                with contextlib.suppress(FileNotFoundError):
+                    try:
+                        os.rmdir(folder)
+                    except OSError:
+                        continue
+                left.remove(folder)
+            if left:
+                time.sleep(0.005)
+        self._made, self._free = left, []
+
+
+def _members(folder: Path) -> bool:
     try:
-        folder.mkdir(parents=True)
-        (folder / "pids.max").write_text(str(max_processes))
+        return bool((folder / "cgroup.procs").read_bytes().strip())
     except OSError:
-        with contextlib.suppress(OSError):
-            folder.rmdir()
+        return True
+
+
+_POOL = _CgroupPool()
+atexit.register(_POOL.remove_all)
+
+
+@contextlib.contextmanager
+def process_cgroup(max_processes: int) -> Iterator[Path | None]:
+    """A pids cgroup bounded to `max_processes` for one command (its `cgroup.procs` path)."""
+    root = pids_root()
+    folder = None if root is None else _POOL.take(root, max_processes)
+    if folder is None:
         yield None
         return
     try:
         yield folder / "cgroup.procs"
     finally:
-        await _remove(folder)
-
-
-async def _remove(folder: Path) -> None:
-    """The pid namespace's processes die with bwrap, a moment after it: retry briefly."""
-    for _ in range(50):
-        try:
-            os.rmdir(folder)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            await asyncio.sleep(0.002)
+        _POOL.give_back(folder)  # its processes die with bwrap's pid namespace
 
 
 def limited(argv: list[str], procs: Path | None) -> list[str]:

@@ -18,8 +18,10 @@ For the file tools every path is resolved (symlinks and `..`) before `check_writ
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 
 from subsessions.tools import limits
 from subsessions.tools.context import ToolContext
@@ -142,6 +144,8 @@ def bwrap_argv(
         "--cap-drop", "ALL",
         "--new-session",
     ]
+    if _knows_disable_userns(args[0]):  # no nested user namespace to regain capabilities in
+        args.append("--disable-userns")
     if context.sandbox == "read-only" or not context.network_access:
         args.append("--unshare-net")
     roots = writable_roots(context)
@@ -151,3 +155,13 @@ def bwrap_argv(
         args += ["--ro-bind", protected, protected]
     args += ["--chdir", workdir, "--json-status-fd", str(status_fd), "--"]
     return [*args, *limits.inside(context.max_processes), *argv]
+
+
+@functools.cache
+def _knows_disable_userns(bwrap: str) -> bool:
+    """bwrap 0.8 and later have `--disable-userns`; asked once per bwrap."""
+    try:
+        done = subprocess.run([bwrap, "--help"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return b"--disable-userns" in done.stdout + done.stderr

@@ -161,7 +161,7 @@ async def _run_sandboxed(
     try:
         argv = sandbox.bwrap_argv(context, command, workdir, status_write)
         try:
-            async with limits.process_cgroup(context.max_processes) as procs:
+            with limits.process_cgroup(context.max_processes) as procs:
                 result = await run_process(
                     limits.limited(argv, procs), cwd=workdir, env=env,
                     timeout=timeout_ms / 1000, budget=budget, pass_fds=(status_write,),
