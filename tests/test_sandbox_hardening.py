@@ -97,10 +97,11 @@ def test_a_normal_user_gets_the_same_sandbox(mode: str) -> None:
 async def test_no_nested_user_namespace_gives_capabilities_back(ws: Path, mode: str) -> None:
     if shutil.which("unshare") is None:
         pytest.skip("util-linux unshare is not installed")
-    script = "unshare --user --map-root-user sh -c 'mount -t tmpfs none /tmp && echo mounted'"
-    result = await run(ToolContext(cwd=str(ws), sandbox=mode), ["sh", "-c", script])
-    assert "mounted" not in result["output"]
-    assert result["metadata"]["exit_code"] != 0
+    if not sandbox._knows_disable_userns(sandbox.find_bwrap()):
+        pytest.skip("this bwrap (before 0.8) has no --disable-userns")
+    result = await run(ToolContext(cwd=str(ws), sandbox=mode),
+                       ["sh", "-c", "unshare --user true && echo nested"])
+    assert "nested" not in result["output"], result
 
 
 # -- item 3: the engine's secrets never reach a command ------------------------------------------
