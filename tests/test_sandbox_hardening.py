@@ -21,7 +21,7 @@ from subsessions.config import Invocation
 from subsessions.environment import EnvPolicy, env_policy_from_table
 from subsessions.errors import ConfigError
 from subsessions.settings import settings_from_mapping
-from subsessions.tools import ToolContext, builtin_tools, sandbox
+from subsessions.tools import ToolContext, builtin_tools, limits, sandbox
 
 __all__ = ["ws"]
 
@@ -192,3 +192,26 @@ async def test_a_fork_storm_is_bounded(ws: Path) -> None:
     unbounded = ToolContext(cwd=str(ws), sandbox="workspace-write", max_processes=1000)
     result = await run(unbounded, [sys.executable, "-c", STORM], timeout_ms=30_000)
     assert int(result["output"]) == 300, result  # the bound is what stopped the first
+
+
+@needs_bwrap
+def test_the_cgroups_of_a_killed_engine_are_removed_by_the_next(tmp_path: Path) -> None:
+    root = limits.pids_root()
+    if root is None:
+        pytest.skip("no writable pids cgroup here (not root, or none mounted)")
+    program = (
+        "import asyncio, os, sys\n"
+        "from subsessions.config import Invocation\n"
+        "from subsessions.tools import ToolContext, builtin_tools\n"
+        "(tool,) = builtin_tools(ToolContext(cwd=sys.argv[1]), ['shell'])\n"
+        "asyncio.run(tool.handler({'command': ['true']}, Invocation('s', 'c', 'shell')))\n"
+        "if sys.argv[2] == 'kill':\n"
+        "    os.kill(os.getpid(), 9)\n"
+    )
+    killed = subprocess.Popen([sys.executable, "-c", program, str(tmp_path), "kill"])
+    assert killed.wait(timeout=60) == -9
+    left = list((root / "subsessions").glob(f"{killed.pid}-*"))
+    assert left, "the killed engine could not remove its cgroup"
+    subprocess.run([sys.executable, "-c", program, str(tmp_path), "end"], timeout=60,
+                   check=True)
+    assert not [folder for folder in left if folder.exists()]

@@ -32,16 +32,38 @@ _ENTER = 'echo $$ > "$1" && shift && exec "$@"'  # sh: join the cgroup, then bec
 
 @functools.cache
 def pids_root() -> Path | None:
-    """A pids cgroup directory this process may make children in, or None."""
+    """A pids cgroup directory this process may make children in, or None; the cgroups a
+    killed engine left there are removed on the way."""
     if os.geteuid() != 0:
         return None
+    found: Path | None = None
     if (_V1 / "pids.max").exists() or (_V1 / "cgroup.procs").exists():
-        return _V1
-    controllers = _V2 / "cgroup.subtree_control"
+        found = _V1
     with contextlib.suppress(OSError):
-        if "pids" in controllers.read_text().split():
-            return _V2
-    return None
+        if found is None and "pids" in (_V2 / "cgroup.subtree_control").read_text().split():
+            found = _V2
+    if found is not None:
+        _remove_orphans(found / "subsessions")
+    return found
+
+
+def _remove_orphans(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            owner = entry.name.partition("-")[0]
+            if entry.is_dir() and owner.isdigit() and not _alive(int(owner)):
+                with contextlib.suppress(OSError):  # still emptying: the next engine's
+                    os.rmdir(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @define
