@@ -119,8 +119,10 @@ async def run_process(
         if not spawning.cancelled() and spawning.exception() is None:
             started_transport = spawning.result()[0]
             kill_group(started_transport.get_pid())
-            started_transport.close()
-            await _wait(collector.exited, REAP_SECONDS)
+            try:  # reaped by the child watcher first: closing would reap it behind its back
+                await _wait(collector.exited, REAP_SECONDS)
+            finally:
+                started_transport.close()
         raise
     pgid = transport.get_pid()
     timed_out = False
@@ -134,7 +136,8 @@ async def run_process(
         held_open = not await _wait(collector.drained, DRAIN_SECONDS)
     except BaseException:  # cancelled (or worse): kill, await the process, re-raise
         kill_group(pgid)
-        transport.close()
+        # Awaited before the transport closes: `close()` would poll (reap) it first and
+        # the child watcher would warn of an unknown pid.
         await _wait(collector.exited, REAP_SECONDS)
         raise
     finally:
