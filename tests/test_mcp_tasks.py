@@ -67,7 +67,7 @@ class DetailedTask(Result):
 
 
 class TaskIdParams(BaseModel):
-    taskId: str  # noqa: N815 (the wire name)
+    taskId: str  # the wire name
 
 
 class CancelTask(Request[TaskIdParams, Literal["tasks/cancel"]]):
@@ -104,7 +104,7 @@ async def cancel(client: Client, task_id: str) -> None:
 
 async def settled(client: Client, task_id: str, timeout: float = 10.0) -> DetailedTask:
     async with asyncio.timeout(timeout):
-        while (task := await get(client, task_id)).status not in TERMINAL:
+        while (task := await get(client, task_id)).status not in TERMINAL:  # noqa: ASYNC110 (polling is the protocol)
             await asyncio.sleep(0.05)
     return task
 
@@ -208,7 +208,8 @@ async def test_bad_arguments_are_an_error_result_not_a_task(
             "run_session", {"session_type": "default", "prompt": "x",
                             "budget": {"max_turns": 0}}, allow_claimed=True)
         assert isinstance(budget, CallToolResult)
-        assert error(budget) == "invalid arguments for run_session: budget.max_turns must be positive"
+        assert error(budget) == ("invalid arguments for run_session: "
+                                 "budget.max_turns must be positive")
         # a well-formed budget is accepted (not enforced yet)
         fine = await start(client, "budgeted", budget={"max_turns": 3, "max_tokens": None})
         assert (await settled(client, fine.task_id)).status == "completed"

@@ -60,7 +60,8 @@ RESOURCE_NOT_FOUND = -32002
 SCHEME = "rollout://"
 INSTRUCTIONS = (
     "Delegate work to sub-sessions: create_session starts one from a profile and returns its "
-    "id at once; wait_session / wait_sessions collect answers (with progress notifications "
+    "id at once; run_session runs one to its end (a task, for clients that negotiate MCP "
+    "Tasks); wait_session / wait_sessions collect answers (with progress notifications "
     "when asked for); cancel_session stops one; list_sessions shows them all. Each connection "
     "is one parent session: disconnecting cancels its running sub-sessions. The transcript "
     "of each of this connection's sessions is the resource rollout://{session_id}."
