@@ -1,7 +1,18 @@
 """subsessions: spawn, drive, wait for and cancel LLM sub-sessions from profile presets."""
 
 from subsessions._version import __version__
-from subsessions.children import ChildInfo, ChildStatus, RunResult, WaitResult
+from subsessions.children import (
+    Cancelled,
+    ChildInfo,
+    ChildState,
+    ChildStatus,
+    Done,
+    Failed,
+    Pending,
+    RunResult,
+    RunStep,
+    WaitResult,
+)
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.engine import Engine
 from subsessions.environment import EnvPolicy
@@ -38,23 +49,41 @@ from subsessions.models import ModelClient, ModelRequest, ModelResponse, Scripte
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
 from subsessions.session import Session
 from subsessions.tools import ToolContext
-from subsessions.tools.errors import ToolError
+from subsessions.tools.errors import (
+    ApprovalDenied,
+    CommandNotFound,
+    EscalationNotAllowed,
+    FileToolError,
+    PatchConflict,
+    PatchSyntaxError,
+    SandboxUnavailable,
+    ToolError,
+    WriteNotAllowed,
+)
 from subsessions.usage import Usage
 
 __all__ = [
+    "ApprovalDenied",
+    "Cancelled",
     "ChildCancelled",
     "ChildFailed",
     "ChildInfo",
     "ChildLimitReached",
     "ChildNotFinished",
+    "ChildState",
     "ChildStatus",
     "ChildTimeout",
+    "CommandNotFound",
     "ConfigError",
     "DepthLimitReached",
+    "Done",
     "Engine",
     "EngineClosed",
     "EnvPolicy",
+    "EscalationNotAllowed",
     "EventStream",
+    "Failed",
+    "FileToolError",
     "Hooks",
     "InvalidArguments",
     "InvalidHistory",
@@ -69,11 +98,16 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelUnavailable",
+    "PatchConflict",
+    "PatchSyntaxError",
+    "Pending",
     "PermissionDenied",
     "Profile",
     "ProfileError",
     "RolloutError",
     "RunResult",
+    "RunStep",
+    "SandboxUnavailable",
     "ScriptedModel",
     "Session",
     "SessionBusy",
@@ -91,6 +125,7 @@ __all__ = [
     "UnsafeHome",
     "Usage",
     "WaitResult",
+    "WriteNotAllowed",
     "__version__",
     "load_profiles",
 ]

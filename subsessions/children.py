@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from typing import Any
+import time
+from collections.abc import Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
-from attrs import define, frozen
+from attrs import define, field, frozen
 
-from subsessions.errors import InvalidArguments
+from subsessions.errors import ChildCancelled, ChildFailed, ChildNotFinished, InvalidArguments
 from subsessions.usage import Usage
 
 MAX_WAIT_SECONDS = 3600.0
@@ -16,9 +18,15 @@ MAX_WAIT_SECONDS = 3600.0
 
 class ChildStatus(enum.Enum):
     PENDING = "pending"
+    CANCELLING = "cancelling"  # a cancel was delivered; the child is ending its own work
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+    @property
+    def running(self) -> bool:
+        """Not ended yet (pending or cancelling)."""
+        return self in (ChildStatus.PENDING, ChildStatus.CANCELLING)
 
 
 @define
@@ -42,6 +50,7 @@ class Cancelled:
 
 
 ChildState = Pending | Done | Failed | Cancelled
+Ending = Done | Failed | Cancelled
 STATUS_OF = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: ChildStatus.FAILED,
            Cancelled: ChildStatus.CANCELLED}
 
@@ -74,7 +83,151 @@ class ChildInfo:
             return {"status": "failed", "error": self.error}
         if self.status is ChildStatus.CANCELLED:
             return {"status": "cancelled", "error": "cancelled"}
-        return {"status": "pending"}
+        return {"status": self.status.value}
+
+
+class ChildSession(Protocol):
+    """What a child record needs of the session it tracks."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def agent_name(self) -> str | None: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def rollout_path(self) -> str: ...
+    @property
+    def answering_model(self) -> str: ...
+    @property
+    def started(self) -> bool: ...  # its task has run its first line
+    @property
+    def call_id(self) -> str | None: ...  # the call that spawned it
+
+    def usage(self, include_children: bool = False) -> Usage: ...
+    def cancel_at_first_step(self) -> None: ...
+
+
+S = TypeVar("S", bound=ChildSession)
+
+
+@define(eq=False, repr=False)
+class ChildRecord(Generic[S]):
+    """One child as its parent knows it. `settle` is the one terminal transition.
+
+    The status is derived from the state alone (plus the cancel flag while pending);
+    `finished` resolves at the settle, so waiters and the state never disagree.
+    """
+
+    session: S
+    _state: ChildState
+    ended_at: float | None = None
+    waiters: int = 0  # waits in progress: an ending they see needs no notice
+    waited: bool = False  # the parent has been told how this child ended
+    _cancel_requested: bool = field(default=False, init=False)
+    finished: asyncio.Future[None] = field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.finished = asyncio.get_running_loop().create_future()
+        if not isinstance(self._state, Pending):
+            self.finished.set_result(None)
+
+    def __repr__(self) -> str:
+        return f"<ChildRecord {self.session.session_id} {self.status.value}>"
+
+    @property
+    def state(self) -> ChildState:
+        return self._state
+
+    @property
+    def status(self) -> ChildStatus:
+        if isinstance(self._state, Pending) and self._cancel_requested:
+            return ChildStatus.CANCELLING
+        return STATUS_OF[type(self._state)]
+
+    def cancel(self) -> None:
+        """Deliver a cancel once (a second would interrupt the child's own clean-up). A
+        child that has not run its first line yet is told to end there, so its own
+        `finally` still writes its ending."""
+        if not isinstance(self._state, Pending) or self._cancel_requested:
+            return
+        self._cancel_requested = True
+        if self.session.started:
+            self._state.task.cancel()
+        else:
+            self.session.cancel_at_first_step()
+
+    def settle(self, outcome: Ending) -> None:
+        """The child's one ending; a second raises (exactly one ending per child)."""
+        if not isinstance(self._state, Pending):
+            raise RuntimeError(f"child {self.session.session_id} has ended already")
+        self._state = outcome
+        self.ended_at = time.time()
+        self.finished.set_result(None)
+
+    def result(self) -> str | None:
+        """An ended child's last message, or the error of how it did not complete."""
+        state = self._state
+        if isinstance(state, Done):
+            return state.result
+        if isinstance(state, Failed):
+            raise ChildFailed(self.session.session_id, state.error)
+        if isinstance(state, Cancelled):
+            raise ChildCancelled(self.session.session_id)
+        raise ChildNotFinished(self.session.session_id)
+
+    def ending_data(self) -> dict[str, Any]:
+        """The `subagent.completed` / `subagent.failed` payload: built only for listeners."""
+        child, state = self.session, self._state
+        ended = self.ended_at or time.time()
+        usage = child.usage()
+        data: dict[str, Any] = {
+            "tool_call_id": child.call_id, "agent_name": child.agent_name,
+            "remote_session_id": child.session_id, "model": child.model,
+            "total_tokens": usage.total_tokens, "total_tool_calls": usage.tool_calls,
+            "turns": usage.turns, "duration_ms": round((ended - child.started_at) * 1000),
+        }
+        if not isinstance(state, Done):
+            data["error"] = state.error if isinstance(state, Failed) else "cancelled"
+            data["cancelled"] = isinstance(state, Cancelled)
+        return data
+
+    def info(self) -> ChildInfo:
+        state = self._state
+        session = self.session
+        return ChildInfo(
+            session_id=session.session_id,
+            session_type=session.agent_name or "custom",
+            status=self.status,
+            model=session.model,
+            result=state.result if isinstance(state, Done) else None,
+            error=state.error if isinstance(state, Failed) else None,
+            started_at=session.started_at,
+            ended_at=self.ended_at,
+            rollout_path=session.rollout_path,
+            usage=session.usage(),
+            answering_model=session.answering_model,
+        )
+
+
+async def wait_for(records: Sequence[ChildRecord[Any]], seconds: float | None, *,
+                   every: bool) -> None:
+    """Wait for the first (or every) one of `records` to settle, or for the timeout."""
+    pending = [r.finished for r in records if not r.finished.done()]
+    if not pending or (seconds is not None and seconds <= 0):
+        return
+    if not every and len(pending) < len(records):
+        return  # one has ended already
+    for record in records:
+        record.waiters += 1
+    try:
+        when = asyncio.ALL_COMPLETED if every else asyncio.FIRST_COMPLETED
+        await asyncio.wait(pending, timeout=seconds, return_when=when)
+    finally:
+        for record in records:
+            record.waiters -= 1
 
 
 @frozen

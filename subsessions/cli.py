@@ -19,9 +19,10 @@ from subsessions.config import SessionConfig
 from subsessions.demo import run_demo
 from subsessions.engine import Engine, default_home
 from subsessions.errors import ConfigError, SubsessionError, UnknownSessionType
+from subsessions.models.factory import build_model_client
 from subsessions.profiles import load_profiles
 from subsessions.rollouts.cli import add_rollout_commands, run_rollouts
-from subsessions.settings import Settings, build_model_client, load_settings, with_overrides
+from subsessions.settings import Settings, load_settings, with_overrides
 
 T = TypeVar("T")
 

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from subsessions.children import ChildStatus, RunResult, RunStep, checked_seconds
+from subsessions.children import ChildStatus, RunResult, RunStep, WaitResult, checked_seconds
 from subsessions.errors import InvalidArguments, SubsessionError
 from subsessions.profiles import Profile
 
-if TYPE_CHECKING:
-    from subsessions.manager import SubsessionManager
+
+class Spawner(Protocol):
+    """What a run needs of a manager: spawning a child and waiting for children."""
+
+    async def spawn_child(
+        self, profile: str | Profile, prompt: str, *, call_id: str | None = None
+    ) -> str: ...
+
+    async def wait_all(
+        self, session_ids: list[str], timeout: float | None = None
+    ) -> WaitResult: ...
 
 
 async def run_parallel(
-    manager: SubsessionManager,
+    manager: Spawner,
     tasks: list[tuple[str | Profile, str]],
     timeout: float | None = None,
     *,
@@ -43,7 +52,7 @@ async def run_parallel(
 
 
 async def run_chain(
-    manager: SubsessionManager,
+    manager: Spawner,
     tasks: list[tuple[str | Profile, str]],
     timeout: float | None = None,
     *,

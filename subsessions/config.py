@@ -6,7 +6,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
 from subsessions.environment import EnvPolicy
 from subsessions.profiles import Profile
@@ -79,11 +79,13 @@ def _optional(kind: type | tuple[type, ...], name: str) -> Callable[[Any, Any, A
     return check
 
 
-# Names the engine gives meaning to: a host tool must not shadow them.
-RESERVED_TOOL_NAMES = frozenset({
+# The one registry of the engine's tool names. A host tool must not shadow a reserved one.
+SUBSESSION_TOOL_NAMES = frozenset({
     "create_session", "wait_session", "cancel_session", "wait_sessions", "run_sessions",
-    "list_profiles", "ask_user",
+    "list_profiles",
 })
+ASK_USER = "ask_user"
+RESERVED_TOOL_NAMES = SUBSESSION_TOOL_NAMES | {ASK_USER}
 BUILTIN_TOOL_NAMES = ("shell", "apply_patch", "read_file", "list_dir")
 
 
@@ -161,3 +163,45 @@ def filter_tools(tools: Iterable[Tool], allowlist: tuple[str, ...] | None) -> tu
         return tools
     by_name = {t.name: t for t in tools}
     return tuple(by_name[name] for name in dict.fromkeys(allowlist) if name in by_name)
+
+
+def derive_config(
+    base: SessionConfig, profile: Profile, *, model: str | None = None, cwd: str | None = None,
+    builtins: tuple[Tool, ...] = (),
+) -> SessionConfig:
+    """What a profile makes of a config: the one place that policy lives.
+
+    Top-level (no `model`): `base` with the profile's instructions, persona and memory
+    appended, its model unless `base` names one, its allowlist and turn limit. For a child
+    (`model` is its parent's): a new config with the profile's instructions and model,
+    `base`'s host tools plus `builtins` (built anew for the child) under the allowlist,
+    the parent's cwd and limits.
+    """
+    if model is None:
+        parts = (base.instructions, profile.developer_instructions, profile.persona,
+                 profile.memory)
+        return evolve(
+            base,
+            instructions="\n\n".join(p for p in parts if p),
+            model=base.model or (None if profile.model == "inherit" else profile.model),
+            tools=filter_tools(base.tools, profile.tools),
+            max_turns=profile.max_turns,
+        )
+    custom = [t for t in base.tools if t.name not in BUILTIN_TOOL_NAMES]
+    return SessionConfig(
+        model=model if profile.model == "inherit" else profile.model,
+        instructions=profile.developer_instructions,
+        tools=filter_tools((*custom, *builtins), profile.tools),
+        cwd=cwd,
+        max_depth=base.max_depth,
+        max_children=base.max_children,
+        max_turns=profile.max_turns,
+        notify_on_child_end=base.notify_on_child_end,
+    )
+
+
+def as_child_config(config: SessionConfig, model: str, cwd: str) -> tuple[Profile, SessionConfig]:
+    """A config a host passed for a child (used as given), labelled `custom`."""
+    label = Profile(name="custom", developer_instructions=config.instructions or "",
+                    max_turns=config.max_turns)
+    return label, evolve(config, model=config.model or model, cwd=config.cwd or cwd)

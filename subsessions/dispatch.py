@@ -15,30 +15,42 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 from attrs import frozen
 
-from subsessions.config import Invocation, Tool
+from subsessions.config import ASK_USER, Invocation, SessionConfig, Tool
 from subsessions.errors import PermissionDenied, ToolNotSupported, UnknownSession
-from subsessions.events import emit, listening
-from subsessions.handlers.ask_user import NAME as ASK_USER
+from subsessions.events import EventHub, emit, listening
 from subsessions.profiles import Profile
-
-if TYPE_CHECKING:
-    from subsessions.session import Session
+from subsessions.tools.context import NO_APPROVAL, permission_kind
 
 log = logging.getLogger("subsessions")
 
-PERMISSION_KINDS = frozenset({
-    "approved",
-    "denied-by-rules",
-    "denied-interactively-by-user",
-    "denied-no-approval-rule-and-could-not-request-from-user",
-    "denied-by-content-exclusion-policy",
-})
-NO_APPROVAL = "denied-no-approval-rule-and-could-not-request-from-user"  # tools.context too
+
+class Caller(Protocol):
+    """What dispatch needs of a session making a request (or answering for one)."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def cwd(self) -> str: ...
+    @property
+    def agent_name(self) -> str | None: ...
+    @property
+    def config(self) -> SessionConfig: ...  # a root's: its handlers and hooks
+    @property
+    def events(self) -> EventHub: ...
+    @property
+    def profile(self) -> Profile | None: ...
+    @property
+    def call_id(self) -> str | None: ...  # the call that spawned it (children)
+    @property
+    def started_at(self) -> float: ...
+
+
+H = TypeVar("H", bound=Caller)
 # Requests the allowlist never gates (3.6): user input goes to the root's handler whatever
 # tools an agent may use.
 UNGATED = frozenset({ASK_USER})
@@ -59,20 +71,20 @@ async def call_maybe_async(function: Any, *args: Any) -> Any:
     return result
 
 
-class Dispatcher:
-    """The engine's child maps and request routing."""
+class Dispatcher(Generic[H]):
+    """The engine's child maps and request routing, over sessions of type `H`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._registered: dict[str, Session] = {}
+        self._registered: dict[str, H] = {}
         self.child_to_parent: dict[str, str] = {}
         self.child_to_agent: dict[str, Profile] = {}
         self.subagent_instances: dict[str, dict[str, SubagentInstance]] = {}
-        self._pending: dict[str, tuple[Session, asyncio.Future[str]]] = {}
+        self._pending: dict[str, tuple[Caller, asyncio.Future[str]]] = {}
         self._request_ids = itertools.count(1)
 
     # -- registry and maps ------------------------------------------------------------------
-    def register(self, session: Session) -> None:
+    def register(self, session: H) -> None:
         with self._lock:
             self._registered[session.session_id] = session
 
@@ -101,7 +113,7 @@ class Dispatcher:
             self.child_to_agent.clear()
             self.subagent_instances.clear()
 
-    def child_started(self, parent: Session, child: Session, call_id: str) -> None:
+    def child_started(self, parent: Caller, child: Caller, call_id: str) -> None:
         agent = child.profile or Profile(name="custom")
         with self._lock:
             self.child_to_parent[child.session_id] = parent.session_id
@@ -109,27 +121,27 @@ class Dispatcher:
             self.subagent_instances.setdefault(parent.session_id, {})[call_id] = (
                 SubagentInstance(agent.name, call_id, child.session_id, child.started_at)
             )
-        if listening(parent):
-            emit(parent, "subagent.started", {
+        if listening(parent.events):
+            emit(parent.events, "subagent.started", {
                 "tool_call_id": call_id, "agent_name": agent.name,
                 "agent_display_name": agent.description or agent.name,
                 "remote_session_id": child.session_id,
             })
 
     def child_ended(
-        self, parent: Session, child: Session, data: Callable[[], dict[str, Any]]
+        self, parent: Caller, child: Caller, data: Callable[[], dict[str, Any]]
     ) -> None:
         """Only the instance record goes: late requests from the child still resolve."""
         with self._lock:
             instances = self.subagent_instances.get(parent.session_id)
             if instances is not None:
                 instances.pop(child.call_id or "", None)
-        if listening(parent):
+        if listening(parent.events):
             payload = data()
-            emit(parent, "subagent.failed" if "error" in payload else "subagent.completed",
+            emit(parent.events, "subagent.failed" if "error" in payload else "subagent.completed",
                  payload)
 
-    def resolve_session(self, session_id: str) -> tuple[Session, bool]:
+    def resolve_session(self, session_id: str) -> tuple[H, bool]:
         """The top-level session that answers for `session_id`, and whether it is a child."""
         with self._lock:
             found = self._registered.get(session_id)
@@ -154,7 +166,7 @@ class Dispatcher:
 
     # -- requests ---------------------------------------------------------------------------
     async def call_tool(
-        self, caller: Session, tool: Tool | None, name: str, arguments: dict[str, Any],
+        self, caller: Caller, tool: Tool | None, name: str, arguments: dict[str, Any],
         call_id: str, builtin: Callable[[dict[str, Any]], Awaitable[str]] | None = None,
     ) -> str:
         """A tool call from any session, under its agent's allowlist, hooks and permissions.
@@ -202,11 +214,11 @@ class Dispatcher:
                 output = _as_text(name, changed["modifiedResult"])
         return output
 
-    async def request_permission(self, caller: Session, request: dict[str, Any]) -> str:
+    async def request_permission(self, caller: Caller, request: dict[str, Any]) -> str:
         """The root's permission handler decides; none, or one that fails, denies."""
         root, _ = self.resolve_session(caller.session_id)
         request = {**request, "session_id": caller.session_id}
-        emit(root, "permission.requested", request)
+        emit(root.events, "permission.requested", request)
         handler = root.config.permission_handler
         if handler is None:
             return NO_APPROVAL
@@ -215,10 +227,9 @@ class Dispatcher:
         except Exception:
             log.exception("permission handler failed")
             return NO_APPROVAL
-        kind = answer.get("kind") if isinstance(answer, dict) else answer
-        return kind if kind in PERMISSION_KINDS else NO_APPROVAL
+        return permission_kind(answer)
 
-    async def invoke_hook(self, caller: Session, hook: str, data: dict[str, Any]) -> Any:
+    async def invoke_hook(self, caller: Caller, hook: str, data: dict[str, Any]) -> Any:
         """Run one of the root's hooks for an event in `caller` (child or not)."""
         root, _ = self.resolve_session(caller.session_id)
         function = getattr(root.config.hooks, hook, None) if root.config.hooks else None
@@ -234,7 +245,7 @@ class Dispatcher:
             log.exception("hook %s failed; ignored", getattr(function, "__name__", function))
             return None
 
-    async def ask_user(self, caller: Session, question: str, choices: list[str] | None) -> str:
+    async def ask_user(self, caller: Caller, question: str, choices: list[str] | None) -> str:
         root, _ = self.resolve_session(caller.session_id)
         handler = root.config.user_input_handler
         if handler is None:
@@ -247,7 +258,7 @@ class Dispatcher:
 
     # -- deferred tools ---------------------------------------------------------------------
     async def _deferred(
-        self, root: Session, caller: Session, name: str, arguments: dict[str, Any], call_id: str
+        self, root: Caller, caller: Caller, name: str, arguments: dict[str, Any], call_id: str
     ) -> str:
         if not root.events.answering:
             raise ToolNotSupported(name)  # nobody could ever answer: do not wait forever
@@ -256,7 +267,7 @@ class Dispatcher:
         with self._lock:
             self._pending[request_id] = (root, future)
         try:
-            emit(root, "external_tool.requested", {
+            emit(root.events, "external_tool.requested", {
                 "request_id": request_id, "session_id": caller.session_id,
                 "tool_call_id": call_id, "tool_name": name, "arguments": arguments,
             })
@@ -265,7 +276,7 @@ class Dispatcher:
             with self._lock:
                 self._pending.pop(request_id, None)
 
-    def answer(self, root: Session, request_id: str, result: Any, error: str | None) -> bool:
+    def answer(self, root: Caller, request_id: str, result: Any, error: str | None) -> bool:
         """Resolve a deferred call; False if there is no such pending request for `root`."""
         with self._lock:
             entry = self._pending.get(request_id)

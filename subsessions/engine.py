@@ -1,39 +1,43 @@
-"""The Engine owns top-level sessions and every task they start, and shuts it all down."""
+"""The Engine: the facade. It owns one `Runtime` (what sessions share, and every task they
+start), the registry of top-level sessions, and their creation, resumption, forking,
+destruction and deletion; and it shuts it all down."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from attrs import evolve
 
-from subsessions.config import SessionConfig, filter_tools
+from subsessions import resume
+from subsessions.config import SessionConfig, derive_config
 from subsessions.dispatch import Dispatcher
 from subsessions.errors import (
     ConfigError,
-    EngineClosed,
     InvalidArguments,
     SessionBusy,
     UnknownSession,
-    UnknownSessionType,
 )
 from subsessions.models.base import ModelClient
-from subsessions.profiles import LoadedProfile, Profile, load_profiles
+from subsessions.profiles import (
+    LoadedProfile,
+    Profile,
+    load_profiles,
+    profile_namespace,
+    resolve_profile,
+)
 from subsessions.rollouts.files import secure_home
-from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
+from subsessions.runtime import Runtime
 from subsessions.session import Session
 
-T = TypeVar("T")
 # The top-level sessions open in any engine of this process, so none is resumed twice.
 OPEN_IN_THIS_PROCESS: set[str] = set()
-FLUSH_SECONDS = 0.1
 HOOK_SECONDS = 5.0  # how long close waits for the hosts' on_session_end hooks
-DRAIN_SECONDS = 10.0  # how long close waits for tasks before cancelling what is left
 
 
 def default_home() -> Path:
@@ -60,41 +64,71 @@ class Engine:
         mcp_servers: Mapping[str, Any] | None = None,
         mcp_source: str = "config.toml",
     ) -> None:
-        self.home = Path(home) if home is not None else default_home()
-        if "\0" in str(self.home):
+        home_path = Path(home) if home is not None else default_home()
+        if "\0" in str(home_path):
             raise InvalidArguments("Engine", "home must be a path without NUL characters")
-        secure_home(self.home)  # refuses, in one line, a home another user could write
-        self.model_client = model_client
-        self.model = model
-        self.model_provider = model_provider or str(
-            getattr(model_client, "provider", type(model_client).__name__)
-        )
-        self.cwd = os.getcwd()
-        self.profiles: Mapping[str, LoadedProfile] = (
-            profiles if profiles is not None else load_profiles(self.home, project_dir or self.cwd)
-        )
-        self.writer = RolloutWriter()
-        # Recorders with lines not yet handed to the writer; flushed every FLUSH_SECONDS, so
-        # a running session's transcript trails it by at most that (`rollouts tail`).
-        self.unwritten: set[RolloutRecorder] = set()
-        self._flusher: asyncio.Task[None] | None = None
-        self.dispatcher = Dispatcher()
+        secure_home(home_path)  # refuses, in one line, a home another user could write
+        cwd = os.getcwd()
         self._sessions: dict[str, Session] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._top_tasks: dict[asyncio.Task[Any], str] = {}  # send_and_wait tasks, by session
+        self._dispatcher: Dispatcher[Session] = Dispatcher()
+        self._runtime = Runtime(
+            home=home_path,
+            cwd=cwd,
+            model_client=model_client,
+            model=model,
+            model_provider=model_provider or str(
+                getattr(model_client, "provider", type(model_client).__name__)
+            ),
+            profiles=(profiles if profiles is not None
+                      else load_profiles(home_path, project_dir or cwd)),
+            dispatcher=self._dispatcher,
+            registered=self._sessions.__contains__,
+        )
         self._mcp_sources: list[Any] = []  # McpServers, started lazily, stopped at close
         if mcp_servers:
             self._mcp_sources.append(_mcp_servers(mcp_servers, mcp_source))
         self._mcp_engine_sources = tuple(self._mcp_sources)
         self._mcp_by_tables: dict[int, tuple[Mapping[str, Any], Any]] = {}
-        self._closed = False
         self._closing: asyncio.Task[None] | None = None
 
+    # -- what sessions share, read-only for hosts -------------------------------------------
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime
+
+    @property
+    def home(self) -> Path:
+        return self._runtime.home
+
+    @property
+    def cwd(self) -> str:
+        return self._runtime.cwd
+
+    @property
+    def model_client(self) -> ModelClient:
+        return self._runtime.model_client
+
+    @property
+    def model(self) -> str:
+        return self._runtime.model
+
+    @property
+    def model_provider(self) -> str:
+        return self._runtime.model_provider
+
+    @property
+    def profiles(self) -> Mapping[str, LoadedProfile]:
+        return self._runtime.profiles
+
+    @property
+    def dispatcher(self) -> Dispatcher[Session]:
+        return self._dispatcher
+
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self.closed else "open"
         return (
             f"<Engine {state} home={str(self.home)!r} sessions={len(self._sessions)} "
-            f"tasks={len(self._tasks)}>"
+            f"tasks={self._runtime.task_count}>"
         )
 
     async def __aenter__(self) -> Engine:
@@ -110,11 +144,10 @@ class Engine:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._runtime.closed
 
     def check_open(self) -> None:
-        if self._closed:
-            raise EngineClosed()
+        self._runtime.check_open()
 
     async def create_session(
         self,
@@ -129,26 +162,20 @@ class Engine:
         its persona and memory too (which a child of that profile never sees).
         """
         self.check_open()
-        self._start_flusher()
+        self._runtime.start_flusher()
         config = config or SessionConfig()
         mcp_tools, mcp_errors = await self._mcp_tools(config)
         if mcp_tools:
             config = evolve(config, tools=(*config.tools, *mcp_tools))
-        chosen = self._top_level_profile(profile, config) if profile is not None else None
-        if chosen is not None:
-            parts = (config.instructions, chosen.developer_instructions, chosen.persona,
-                     chosen.memory)
-            config = evolve(
-                config,
-                instructions="\n\n".join(p for p in parts if p),
-                model=config.model or (None if chosen.model == "inherit" else chosen.model),
-                tools=filter_tools(config.tools, chosen.tools),
-                max_turns=chosen.max_turns,
-            )
+        chosen = None
+        if profile is not None:
+            known = profile_namespace(self.profiles, config.custom_agents)
+            chosen = resolve_profile(profile, known)
+            config = derive_config(config, chosen)
         self.check_open()  # closing may have started while the MCP servers started
         # No rollout yet: it starts with the first task or child, so a session that never
         # does anything (an MCP connection that only looked) leaves no empty file behind.
-        session = Session(self, config, source=source, profile=chosen)
+        session = Session(self._runtime, config, source=source, profile=chosen)
         for name, problem in mcp_errors.items():
             session.note(f"MCP server {name} is unavailable: {problem}")
         self._sessions[session.session_id] = session
@@ -164,28 +191,35 @@ class Engine:
 
         `config` supplies what a rollout cannot hold (tools, handlers, limits).
         """
-        from subsessions.resume import reopen
-
         self.check_open()
-        return await reopen(self, id_or_path, fork=False, config=config)
+        path, rollout = resume.load(self.home, id_or_path)
+        # two writers would interleave one file
+        if rollout.session_id in self._sessions:
+            raise SessionBusy(rollout.session_id, "is already open in this engine")
+        if rollout.session_id in OPEN_IN_THIS_PROCESS:
+            raise SessionBusy(rollout.session_id, "is open in another engine; fork it instead")
+        resume.check_resumable(rollout)
+        return self.adopt(resume.rebuild(self._runtime, path, rollout, fork=False,
+                                         config=config))
 
     async def fork_session(
         self, id_or_path: str | os.PathLike[str], config: SessionConfig | None = None
     ) -> Session:
         """A new session (new file, `forked_from_id`) that starts from another's history."""
-        from subsessions.resume import reopen
-
         self.check_open()
-        return await reopen(self, id_or_path, fork=True, config=config)
+        path, rollout = resume.load(self.home, id_or_path)
+        return self.adopt(resume.rebuild(self._runtime, path, rollout, fork=True,
+                                         config=config))
 
-    def adopt(self, session: Session) -> None:
+    def adopt(self, session: Session) -> Session:
         """Register a session built from disk (resume, fork) as top-level."""
         if session.session_id in self._sessions:
             raise SessionBusy(session.session_id, "is already open in this engine")
-        self._start_flusher()
+        self._runtime.start_flusher()
         self._sessions[session.session_id] = session
         OPEN_IN_THIS_PROCESS.add(session.session_id)
-        self.dispatcher.register(session)
+        self._dispatcher.register(session)
+        return session
 
     async def _mcp_tools(self, config: SessionConfig) -> tuple[tuple[Any, ...], dict[str, str]]:
         """The engine's and the config's MCP servers' tools, starting each source once."""
@@ -205,32 +239,6 @@ class Engine:
             errors.update(source.errors)
         return tuple(tools), errors
 
-    def _top_level_profile(self, profile: str | Profile, config: SessionConfig) -> Profile:
-        if isinstance(profile, Profile):
-            return profile
-        known = {name: lp.profile for name, lp in self.profiles.items()}
-        known.update({p.name: p for p in config.custom_agents})
-        if profile not in known:
-            raise UnknownSessionType(str(profile), tuple(sorted(known)))
-        return known[profile]
-
-    def _start_flusher(self) -> None:
-        if self._flusher is None:
-            self._flusher = asyncio.get_running_loop().create_task(
-                self._flush_periodically(), name="subsessions-rollout-flusher"
-            )
-
-    async def _flush_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_SECONDS)
-            self._flush_unwritten()
-
-    def _flush_unwritten(self) -> None:
-        dirty = list(self.unwritten)
-        self.unwritten.clear()
-        for recorder in dirty:
-            recorder.flush()
-
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
 
@@ -246,9 +254,7 @@ class Engine:
         session = self._sessions.pop(session_id, None)  # a second destroy finds nothing
         if session is None:
             raise UnknownSession(session_id)
-        running = [task for task, owner in self._top_tasks.items() if owner == session_id]
-        for task in running:
-            task.cancel()  # its children are aborted by the task itself, first
+        running = self._runtime.cancel_top_tasks(session_id)  # each aborts its children first
         if running:
             await asyncio.wait(running)
         await session.subsessions.abort_all_children()
@@ -269,41 +275,6 @@ class Engine:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
 
-    # -- task ownership ---------------------------------------------------------------------
-    def spawn_task(
-        self, coro: Coroutine[Any, Any, T], name: str, *, while_closing: bool = False
-    ) -> asyncio.Task[T]:
-        """Start a task the engine owns; refused once closing started, except for the
-        clean-up work of endings (hooks), which close then drains like every task."""
-        if self._closed and not (while_closing and self._closing is not None):
-            coro.close()
-            raise EngineClosed()
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def run_owned(self, coro: Coroutine[Any, Any, T], session_id: str = "") -> T:
-        """Run `coro` in an owned task; cancelling the caller cancels it, and closing the
-        engine (or destroying the session) raises `EngineClosed` in the caller."""
-        task = self.spawn_task(coro, "subsessions-task")
-        self._top_tasks[task] = session_id
-        task.add_done_callback(self._forget_top_task)
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                task.cancel()
-                await asyncio.wait((task,))
-                raise
-            if self._closed or session_id not in self._sessions:
-                raise EngineClosed() from None
-            raise
-
-    def _forget_top_task(self, task: asyncio.Task[Any]) -> None:
-        self._top_tasks.pop(task, None)
-
     # -- shutdown ---------------------------------------------------------------------------
     async def close(self) -> None:
         """Abort every descendant, drain every task, write every rollout; idempotent.
@@ -311,29 +282,25 @@ class Engine:
         The shutdown runs in a task of its own: a caller cancelled half-way (Ctrl-C) does
         not leave it half done, and every later `close()` waits for the same one.
         """
-        self._closed = True
+        self._runtime.start_closing()
         if self._closing is None:
             self._closing = asyncio.get_running_loop().create_task(
                 self._shut_down(), name="subsessions-close"
             )
-        if asyncio.current_task() in self._tasks:
+        if self._runtime.owns(asyncio.current_task()):
             return  # called from inside the engine: the shutdown will cancel the caller
         await asyncio.shield(self._closing)
 
     async def _shut_down(self) -> None:
         sessions = list(self._sessions.values())
-        for task in list(self._top_tasks):
-            task.cancel()  # a top-level task aborts its own children first
+        self._runtime.cancel_top_tasks()  # a top-level task aborts its own children first
         await asyncio.gather(
             *(s.subsessions.abort_all_children() for s in sessions), return_exceptions=True
         )
         await self._end_hooks(sessions)
-        await self._drain_tasks()
+        await self._runtime.drain()
         try:
-            if self._flusher is not None:
-                self._flusher.cancel()
-                await asyncio.wait((self._flusher,))
-            self._flush_unwritten()
+            await self._runtime.stop_flusher()
             flushed = [s.recorder.flush_durable() for s in sessions]
             if flushed:
                 await asyncio.wait(flushed)
@@ -342,12 +309,12 @@ class Engine:
             for source in self._mcp_sources:
                 await source.aclose()
         finally:
-            await self.writer.aclose()
+            await self._runtime.aclose()
             for session in sessions:
                 session.events.close()
                 OPEN_IN_THIS_PROCESS.discard(session.session_id)
             self._sessions.clear()
-            self.dispatcher.clear()
+            self._dispatcher.clear()
 
     async def _end_hooks(self, sessions: list[Session]) -> None:
         """Top-level `on_session_end` hooks, after the cancelling, never for long."""
@@ -362,18 +329,6 @@ class Engine:
                 task.cancel()
             if late:
                 await asyncio.wait(late)
-
-    async def _drain_tasks(self) -> None:
-        """Wait for every owned task; what has not ended after a grace period is cancelled."""
-        grace = True
-        while self._tasks:
-            _, pending = await asyncio.wait(
-                list(self._tasks), timeout=DRAIN_SECONDS if grace else None
-            )
-            if pending and grace:
-                for task in pending:
-                    task.cancel()
-                grace = False
 
 
 def _mcp_servers(tables: Mapping[str, Any], source: str) -> Any:

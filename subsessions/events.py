@@ -1,8 +1,9 @@
 """Session events: Copilot-style envelopes, delivered to listeners and forwarded upwards.
 
-An event a child emits reaches its own listeners, then its parent's and every
+An event a child emits reaches its own hub's listeners, then its parent hub's and every
 ancestor's, carrying `parent_tool_call_id` (the call that spawned the emitter) so a
-UI can nest it. Nothing is built when nobody listens: fan-out stays cheap.
+UI can nest it. Hubs are chained to their parent hub, so this module knows nothing of
+sessions. Nothing is built when nobody listens: fan-out stays cheap.
 """
 
 from __future__ import annotations
@@ -12,14 +13,11 @@ import itertools
 import logging
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from attrs import frozen
+from attrs import define, field, frozen
 
-from subsessions.rollouts.recorder import clock
-
-if TYPE_CHECKING:
-    from subsessions.session import Session
+from subsessions.clock import clock
 
 log = logging.getLogger("subsessions")
 
@@ -85,16 +83,17 @@ class EventStream:
         self._leave()
 
 
+@define(eq=False)
 class EventHub:
-    """One session's listeners: callbacks and async subscribers."""
+    """One session's listeners (callbacks and async subscribers), chained to its parent's hub."""
 
-    __slots__ = ("_closed", "_handlers", "_last_id", "_subscribers")
-
-    def __init__(self) -> None:
-        self._handlers: list[EventHandler] = []
-        self._subscribers: list[_Subscriber] = []
-        self._last_id: str | None = None
-        self._closed = False
+    session_id: str = ""
+    parent: EventHub | None = None
+    call_id: str | None = None  # the call that spawned this hub's session
+    _handlers: list[EventHandler] = field(factory=list, init=False)
+    _subscribers: list[_Subscriber] = field(factory=list, init=False)
+    _last_id: str | None = field(default=None, init=False)
+    _closed: bool = field(default=False, init=False)
 
     @property
     def listening(self) -> bool:
@@ -146,38 +145,39 @@ class EventHub:
         for subscriber in self._subscribers:
             subscriber.queue.put_nowait(event)
 
+    def next_id(self) -> tuple[str, str | None]:
+        """A new event id and the previous one of this hub (the new event's `parent_id`)."""
+        previous, self._last_id = self._last_id, f"evt_{next(_ids)}"
+        return self._last_id, previous
 
-def listening(session: Session) -> bool:
-    """Whether anyone would receive an event of `session` (it or an ancestor listens)."""
-    node: Session | None = session
+
+def listening(hub: EventHub) -> bool:
+    """Whether anyone would receive an event of `hub` (it or an ancestor listens)."""
+    node: EventHub | None = hub
     while node is not None:
-        if node.events.listening:
+        if node.listening:
             return True
         node = node.parent
     return False
 
 
-def emit(session: Session, kind: str, data: dict[str, Any]) -> None:
-    """Deliver an event in `session`, then forward it to each ancestor."""
-    if not listening(session):  # the common case: nothing is built at all
+def emit(hub: EventHub, kind: str, data: dict[str, Any]) -> None:
+    """Deliver an event in `hub`'s session, then forward it to each ancestor hub."""
+    if not listening(hub):  # the common case: nothing is built at all
         return
-    chain: list[Session] = []
-    node: Session | None = session
-    while node is not None:
-        chain.append(node)
-        node = node.parent
-    hub = session.events
+    event_id, previous = hub.next_id()
     event = SessionEvent(
-        id=f"evt_{next(_ids)}", timestamp=clock.now(), parent_id=hub._last_id, type=kind,
-        data=data, session_id=session.session_id,
+        id=event_id, timestamp=clock.now(), parent_id=previous, type=kind, data=data,
+        session_id=hub.session_id,
     )
-    hub._last_id = event.id
     hub.deliver(event)
-    if session.parent is None:
+    if hub.parent is None:
         return
     forwarded = SessionEvent(
         id=event.id, timestamp=event.timestamp, parent_id=event.parent_id, type=kind,
-        data={**data, "parent_tool_call_id": session.call_id}, session_id=session.session_id,
+        data={**data, "parent_tool_call_id": hub.call_id}, session_id=hub.session_id,
     )
-    for ancestor in chain[1:]:
-        ancestor.events.deliver(forwarded)
+    ancestor: EventHub | None = hub.parent
+    while ancestor is not None:
+        ancestor.deliver(forwarded)
+        ancestor = ancestor.parent

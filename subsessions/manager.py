@@ -1,123 +1,114 @@
-"""SubsessionManager: one per session; spawns, tracks, waits for and cancels its children."""
+"""SubsessionManager: one per session; spawns, tracks, waits for and cancels its children.
+
+The manager never builds a session: it asks its owner (`new_child`), and it is typed
+against the `Member` protocol below, what it needs of its owner and of the children.
+Tree-wide limits and profiles live in the owner's `SessionTree`; each child's one
+ending in its `ChildRecord`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import time
+from collections import Counter
 from functools import partial
-from typing import TYPE_CHECKING, Any
-
-from attrs import evolve
+from typing import Any, Protocol
 
 from subsessions import composition
 from subsessions.children import (
     MAX_WAIT_SECONDS,
-    STATUS_OF,
     Cancelled,
     ChildInfo,
-    ChildState,
+    ChildRecord,
     ChildStatus,
     Done,
+    Ending,
     Failed,
     Pending,
     RunResult,
     WaitResult,
     checked_seconds,
+    wait_for,
 )
-from subsessions.config import SessionConfig, filter_tools
+from subsessions.config import SessionConfig, Tool, as_child_config, filter_tools
+from subsessions.dispatch import Caller
 from subsessions.errors import (
-    ChildCancelled,
-    ChildFailed,
-    ChildLimitReached,
     ChildNotFinished,
     ChildTimeout,
-    DepthLimitReached,
     InvalidArguments,
     SessionBusy,
     UnknownSession,
-    UnknownSessionType,
     error_text,
 )
-from subsessions.profiles import Profile
+from subsessions.models.base import TokenUsage
+from subsessions.profiles import Profile, resolve_profile
+from subsessions.rollouts import records
+from subsessions.rollouts.recorder import RolloutRecorder
+from subsessions.runtime import Runtime
+from subsessions.tree import SessionTree
+from subsessions.usage import Usage
 
-if TYPE_CHECKING:
-    from subsessions.session import Session
+
+class Member(Caller, Protocol):
+    """What the manager needs of the session that owns it and of the children it asks for."""
+
+    depth: int
+    model: str
+    @property
+    def is_child(self) -> bool: ...
+    @property
+    def ended(self) -> bool: ...  # a child whose one task has written its ending
+    @property
+    def started(self) -> bool: ...
+    @property
+    def wrote_meta(self) -> bool: ...
+    runtime: Runtime
+    tree: SessionTree
+    recorder: RolloutRecorder
+    @property
+    def rollout_path(self) -> str: ...
+    subsessions: SubsessionManager
+    @property
+    def answering_model(self) -> str: ...
+    token_usage: TokenUsage
+    @property
+    def tool_calls(self) -> int: ...
+    turns: int
+
+    def tools(self) -> tuple[Tool, ...]: ...
+    def usage(self, include_children: bool = False) -> Usage: ...
+    def cancel_at_first_step(self) -> None: ...
+    def write_meta(self) -> None: ...
+    def release(self) -> None: ...
+    def child_config(self, profile: Profile) -> SessionConfig: ...
+    def new_child(self, config: SessionConfig, profile: Profile, call_id: str) -> Member: ...
+    def hand_over_head(self) -> None: ...
+    async def run_task(self, prompt: str) -> str | None: ...
+
 
 _spawn_ids = itertools.count(1)
-
-
-class _Child:
-    __slots__ = ("cancel_requested", "ended_at", "finished", "session", "state", "waited",
-                 "waiters")
-
-    def __init__(self, session: Session, state: ChildState) -> None:
-        self.session = session
-        self.state = state
-        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if not isinstance(state, Pending):
-            self.finished.set_result(None)
-        self.ended_at: float | None = None
-        self.cancel_requested = False
-        self.waiters = 0  # waits in progress: an ending they see needs no notice
-        self.waited = False  # the parent has been told how this child ended
-
-    def cancel(self) -> None:
-        """Cancel the task once: a second cancel would interrupt its own clean-up."""
-        if isinstance(self.state, Pending) and not self.cancel_requested:
-            self.cancel_requested = True
-            self.state.task.cancel()
-
-    def info(self) -> ChildInfo:
-        state = self.state
-        return ChildInfo(
-            session_id=self.session.session_id,
-            session_type=self.session.agent_name or "custom",
-            status=STATUS_OF[type(state)],
-            model=self.session.model,
-            result=state.result if isinstance(state, Done) else None,
-            error=state.error if isinstance(state, Failed) else None,
-            started_at=self.session.started_at,
-            ended_at=self.ended_at,
-            rollout_path=self.session.recorder.path,
-            usage=self.session.usage(),
-            answering_model=self.session.answering_model,
-        )
+Record = ChildRecord[Member]
 
 
 class SubsessionManager:
     """The children of one session. Limits are counted over the root's whole tree."""
 
-    __slots__ = ("_child_configs", "_children", "_profiles", "_running_in_tree", "_session",
-                 "_specs", "_unnoticed", "spec_cache")
+    __slots__ = ("_child_configs", "_children", "_session", "_unnoticed")
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Member) -> None:
         self._session = session
-        self._children: dict[str, _Child] = {}
-        self._running_in_tree = 0  # kept on the root's manager only
-        self._profiles: dict[str, Profile] | None = None  # root only, built on first use
-        self._specs: tuple[dict[str, Any], ...] | None = None  # root only
+        self._children: dict[str, Record] = {}
         self._child_configs: dict[str | Profile, tuple[Profile, SessionConfig]] = {}
-        # root only: tool specs by (config id, profile, depth), with the config kept alive
-        self.spec_cache: dict[tuple[int, Profile | None, int], tuple[Any, tuple[Any, ...]]] = {}
-        self._unnoticed: list[_Child] = []  # ended children the parent was not told of yet
+        self._unnoticed: list[Record] = []  # ended children the parent was not told of yet
 
     def __repr__(self) -> str:
-        counts: dict[str, int] = {}
-        for child in self._children.values():
-            key = STATUS_OF[type(child.state)].value
-            counts[key] = counts.get(key, 0) + 1
-        return f"<SubsessionManager of {self._session.session_id} {counts}>"
+        counts = Counter(child.status.value for child in self._children.values())
+        return f"<SubsessionManager of {self._session.session_id} {dict(counts)}>"
 
-    # -- profiles and tool specs, shared by the whole tree ---------------------------------
+    # -- profiles and tool definitions ------------------------------------------------------
     def profiles(self) -> dict[str, Profile]:
         """The profiles children of this tree can be spawned from, by name."""
-        root = self._session.root.subsessions
-        if root._profiles is None:
-            found = {name: lp.profile for name, lp in self._session.engine.profiles.items()}
-            found.update({p.name: p for p in self._session.root.config.custom_agents})
-            root._profiles = dict(sorted(found.items()))
-        return root._profiles
+        return self._session.tree.profiles()
 
     def tool_definitions(self, agent: str | Profile) -> list[dict[str, Any]]:
         """The definitions (name, description, parameters) of this session's tools that an
@@ -131,14 +122,6 @@ class SubsessionManager:
             for t in filter_tools(self._session.tools(), profile.tools)
         ]
 
-    def tree_tool_specs(self) -> tuple[dict[str, Any], ...]:
-        from subsessions.handlers.subsessions import tool_specs
-
-        root = self._session.root.subsessions
-        if root._specs is None:
-            root._specs = tool_specs(self.profiles())
-        return root._specs
-
     # -- spawning ---------------------------------------------------------------------------
     async def spawn_child(
         self,
@@ -148,12 +131,10 @@ class SubsessionManager:
         call_id: str | None = None,
     ) -> str:
         """Queue a child and return its id at once; it runs in an engine-owned task."""
-        from subsessions.session import Session
-
         parent = self._session
-        engine = parent.engine
-        engine.check_open()
-        if parent.parent is not None and parent.wrote_end:
+        runtime = parent.runtime
+        runtime.check_open()
+        if parent.is_child and parent.ended:
             raise SessionBusy(parent.session_id, "has ended; it cannot start sub-sessions")
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidArguments("spawn_child", "prompt must be a non-empty string")
@@ -164,93 +145,61 @@ class SubsessionManager:
             if derived is None:
                 derived = self._child_configs[profile] = self._child_config(profile)
             chosen, config = derived
-        root = parent.root
-        if parent.depth >= root.config.max_depth:
-            raise DepthLimitReached(root.config.max_depth)
-        tree = root.subsessions
-        if tree._running_in_tree >= root.config.max_children:
-            raise ChildLimitReached(root.config.max_children)
+        tree = parent.tree
+        tree.check_room(parent.depth)
         call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name a spawning call
-        source = {
-            "subsession": {
-                "parent_session_id": parent.session_id,
-                "depth": parent.depth + 1,
-                "session_type": chosen.name,
-                "call_id": call_id,
-            }
-        }
-        context = parent.child_tool_context()
-        if parent.parent is None:  # a top-level rollout starts with its first task or child
+        if not parent.is_child:  # a top-level rollout starts with its first task or child
             parent.write_meta()
-        child = Session(engine, config, parent=parent, profile=chosen, call_id=call_id,
-                        source=source, tool_context=context)
-        task = engine.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
+        child = parent.new_child(config, chosen, call_id)
+        task = runtime.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
         # naming a child that has no rollout.
-        parent.recorder.before_flush(partial(_hand_over_head, child))
-        record = _Child(child, Pending(task))
+        parent.recorder.before_flush(child.hand_over_head)
+        record = Record(child, Pending(task))
         self._children[child.session_id] = record
-        tree._running_in_tree += 1
-        parent.recorder.event(
-            {
-                "type": "background_event",
-                "message": f"spawned child session {child.session_id} with model {child.model}",
-            }
-        )
+        tree.child_started()
+        parent.recorder.event(records.background(
+            f"spawned child session {child.session_id} with model {child.model}"
+        ))
         task.add_done_callback(partial(self._on_task_done, record))
-        engine.dispatcher.child_started(parent, child, call_id)
+        runtime.dispatcher.child_started(parent, child, call_id)
         return child.session_id
 
     def _child_config(
         self, profile: str | Profile | SessionConfig
     ) -> tuple[Profile, SessionConfig]:
+        parent = self._session
         if isinstance(profile, SessionConfig):
-            label = Profile(name="custom", developer_instructions=profile.instructions or "",
-                            max_turns=profile.max_turns)
-            parent = self._session
-            return label, evolve(profile, model=profile.model or parent.model,
-                                 cwd=profile.cwd or parent.cwd)
-        if isinstance(profile, str):
-            known = self.profiles()
-            if profile not in known:
-                raise UnknownSessionType(profile, tuple(known))
-            profile = known[profile]
-        if not isinstance(profile, Profile):
+            return as_child_config(profile, parent.model, parent.cwd)
+        if not isinstance(profile, str | Profile):
             raise InvalidArguments(
                 "spawn_child", "profile must be a profile name, a Profile or a SessionConfig"
             )
-        chosen = profile.child_view()
-        return chosen, self._session.child_config(chosen)
+        chosen = resolve_profile(profile, self.profiles()).child_view()
+        return chosen, parent.child_config(chosen)
 
     # -- endings ----------------------------------------------------------------------------
-    def _on_task_done(self, record: _Child, task: asyncio.Task[str | None]) -> None:
-        outcome: ChildState
+    def _on_task_done(self, record: Record, task: asyncio.Task[str | None]) -> None:
+        outcome: Ending
         if task.cancelled():
             outcome = Cancelled()
         elif (exc := task.exception()) is not None:
             outcome = Failed(error_text(exc))
         else:
             outcome = Done(task.result())
-        child = record.session
-        if not child.started_task:  # cancelled before its first step: still one whole rollout
-            child.write_meta()
-            child.recorder.event({"type": "turn_aborted", "reason": "cancelled"})
-            child.wrote_end = True
-            for grandchild in child.subsessions._children.values():
-                grandchild.cancel()  # its own clean-up never ran: end what it started
         settle = partial(self._settle, record, outcome)
         try:
-            child.recorder.flush_then(settle)  # settled once the ending is on disk
+            record.session.recorder.flush_then(settle)  # settled once the ending is on disk
         except RuntimeError:  # writer already closed: nothing more can reach the disk
             settle(None)
 
-    def _settle(self, record: _Child, outcome: ChildState, error: Exception | None) -> None:
+    def _settle(self, record: Record, outcome: Ending, error: Exception | None) -> None:
         if error is not None and isinstance(outcome, Done):
             outcome = Failed(str(error))  # the result never reached the disk
-        record.state = outcome
-        record.ended_at = time.time()
-        self._session.root.subsessions._running_in_tree -= 1
+        record.settle(outcome)
+        parent = self._session
+        parent.tree.child_ended()
         child = record.session
         child_id = child.session_id
         if isinstance(outcome, Done):
@@ -259,30 +208,28 @@ class SubsessionManager:
             message = f"child session {child_id} failed: {outcome.error}"
         else:
             message = f"child session {child_id} cancelled"
-        parent = self._session
-        parent.recorder.event({"type": "background_event", "message": message})
-        if parent.parent is not None and parent.wrote_end:
+        parent.recorder.event(records.background(message))
+        if parent.is_child and parent.ended:
             parent.recorder.flush()  # an ended child flushes nothing more by itself
-        record.finished.set_result(None)
         if record.waiters:
             record.waited = True
-        elif self._session.config.notify_on_child_end:
+        elif parent.config.notify_on_child_end:
             self._unnoticed.append(record)
         child.events.close()
-        self._session.engine.dispatcher.child_ended(
-            self._session, child, partial(_ending_data, record, outcome)
+        parent.runtime.dispatcher.child_ended(
+            parent, child, record.ending_data
         )
         child.release()  # its ending is on disk: what the API reports stays, the history goes
 
     # -- queries ----------------------------------------------------------------------------
-    def _lookup(self, session_id: str) -> _Child:
+    def _lookup(self, session_id: str) -> Record:
         record = self._children.get(session_id) if isinstance(session_id, str) else None
         if record is None:
             raise UnknownSession(str(session_id))
         return record
 
     def status(self, session_id: str) -> ChildStatus:
-        return STATUS_OF[type(self._lookup(session_id).state)]
+        return self._lookup(session_id).status
 
     def info(self, session_id: str) -> ChildInfo:
         return self._lookup(session_id).info()
@@ -291,16 +238,14 @@ class SubsessionManager:
         """Every child of this session, oldest first."""
         return [child.info() for child in self._children.values()]
 
-    def adopt_ended(self, child: Session, state: ChildState, ended_at: float | None) -> None:
+    def adopt_ended(self, child: Member, state: Ending, ended_at: float | None) -> None:
         """Know a child that ended in an earlier run (resume): it can be waited for."""
         child.release()  # run again, it reloads its history from its rollout
-        record = _Child(child, state)
-        record.ended_at = ended_at
-        self._children[child.session_id] = record
+        self._children[child.session_id] = Record(child, state, ended_at=ended_at)
 
-    def tree(self) -> list[Session]:
+    def tree(self) -> list[Member]:
         """Every descendant session, depth first."""
-        found: list[Session] = []
+        found: list[Member] = []
         for child in self._children.values():
             found.append(child.session)
             found.extend(child.session.subsessions.tree())
@@ -326,34 +271,11 @@ class SubsessionManager:
         if not record.finished.done():
             if seconds is not None and seconds <= 0:
                 raise ChildNotFinished(session_id)
-            await self._await_children([record], seconds, every=True)
+            await wait_for([record], seconds, every=True)
             if not record.finished.done():
                 raise ChildTimeout(session_id, label_ms)
         record.waited = True
-        state = record.state
-        if isinstance(state, Done):
-            return state.result
-        if isinstance(state, Failed):
-            raise ChildFailed(session_id, state.error)
-        raise ChildCancelled(session_id)
-
-    async def _await_children(
-        self, records: list[_Child], seconds: float | None, *, every: bool
-    ) -> None:
-        """Wait for the first (or every) one of `records` to settle, or for the timeout."""
-        pending = [r.finished for r in records if not r.finished.done()]
-        if not pending or (seconds is not None and seconds <= 0):
-            return
-        if not every and len(pending) < len(records):
-            return  # one has ended already
-        for record in records:
-            record.waiters += 1
-        try:
-            when = asyncio.ALL_COMPLETED if every else asyncio.FIRST_COMPLETED
-            await asyncio.wait(pending, timeout=seconds, return_when=when)
-        finally:
-            for record in records:
-                record.waiters -= 1
+        return record.result()
 
     async def wait_any(self, session_ids: list[str], timeout: float | None = None) -> WaitResult:
         """Return once one of the children has ended (with all that ended by then)."""
@@ -372,7 +294,7 @@ class SubsessionManager:
         known = {i: self._children[i] for i in dict.fromkeys(session_ids) if i in self._children}
         unknown = tuple(i for i in dict.fromkeys(session_ids) if i not in self._children)
         records = list(known.values())
-        await self._await_children(records, seconds, every=every)
+        await wait_for(records, seconds, every=every)
         ended = [r for r in records if r.finished.done()]
         for record in ended:
             record.waited = True
@@ -436,25 +358,3 @@ class SubsessionManager:
             child.waited = True
         if pending:
             await asyncio.wait([child.finished for child in pending])
-
-
-def _ending_data(record: _Child, outcome: ChildState) -> dict[str, Any]:
-    """The `subagent.completed` / `subagent.failed` payload: built only for listeners."""
-    child = record.session
-    ended = record.ended_at or time.time()
-    data: dict[str, Any] = {
-        "tool_call_id": child.call_id, "agent_name": child.agent_name,
-        "remote_session_id": child.session_id, "model": child.model,
-        "total_tokens": child.token_usage.total_tokens, "total_tool_calls": child.tool_calls,
-        "turns": child.turns, "duration_ms": round((ended - child.started_at) * 1000),
-    }
-    if not isinstance(outcome, Done):
-        data["error"] = outcome.error if isinstance(outcome, Failed) else "cancelled"
-        data["cancelled"] = isinstance(outcome, Cancelled)
-    return data
-
-
-def _hand_over_head(child: Session) -> None:
-    """A spawned child's first lines to the writer, before its parent's line naming it."""
-    child.write_meta()
-    child.recorder.flush()

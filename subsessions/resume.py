@@ -4,34 +4,36 @@ Resuming appends to the same file (its first `session_meta` stays) and continues
 the conversation from the history the rollout holds; forking starts a new file
 whose `session_meta` names `forked_from_id`. Either way the session knows how each
 of its children ended, from the children's own rollouts, and can wait for them.
+
+This module rebuilds sessions given a `Runtime`; the engine checks its registry (is the
+session open already, here or in another engine?) and registers what comes back.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from attrs import evolve
 
-from subsessions.children import Cancelled, ChildState, Done, Failed
+from subsessions.children import Cancelled, Done, Ending, Failed
 from subsessions.config import SessionConfig
 from subsessions.errors import RolloutError, SessionBusy
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts import Rollout, find_rollout, list_rollouts, read_rollout
+from subsessions.rollouts.status import writer_claim
 from subsessions.rollouts.values import optional_text, parse_stamp, text
-
-if TYPE_CHECKING:
-    from subsessions.engine import Engine
-    from subsessions.session import Session
+from subsessions.runtime import Runtime
+from subsessions.session import Session
 
 
-def _writer_pid(rollout: Rollout) -> object:
+def writer_pid(rollout: Rollout) -> object:
     """The pid that wrote the last task (its turn_context), else the session's."""
     for record in reversed(rollout.records):
-        if record["type"] == "turn_context" and "pid" in record["payload"]:
-            return record["payload"]["pid"]
+        if record["type"] == "turn_context" and (claim := writer_claim(record)) is not None:
+            return claim["pid"]
     return rollout.meta.get("pid")
 
 
@@ -81,7 +83,7 @@ def _usage(rollout: Rollout, damaged: list[str]) -> TokenUsage:
     return TokenUsage(*numbers)
 
 
-def _ending(rollout: Rollout) -> ChildState:
+def _ending(rollout: Rollout) -> Ending:
     status = rollout.status
     if status == "completed":
         return Done(rollout.last_agent_message)
@@ -95,11 +97,11 @@ def _ending(rollout: Rollout) -> ChildState:
     return Failed(f"{status}: the process that ran it ended before it finished")
 
 
-def _adopt_children(engine: Engine, session: Session, parent_id: str, damaged: list[str]) -> None:
+def _adopt_children(
+    runtime: Runtime, session: Session, parent_id: str, damaged: list[str]
+) -> None:
     """Know each child from its rollout; what of it is damaged is left out and reported."""
-    from subsessions.session import Session
-
-    for summary in reversed(list_rollouts(engine.home, parent=parent_id)):  # oldest first
+    for summary in reversed(list_rollouts(runtime.home, parent=parent_id)):  # oldest first
         try:
             child_rollout = read_rollout(summary.path)
         except RolloutError:  # unreadable: it is listed as such by `rollouts list`
@@ -108,7 +110,7 @@ def _adopt_children(engine: Engine, session: Session, parent_id: str, damaged: l
         meta = child_rollout.meta
         source = meta.get("source")
         child = Session(
-            engine, _config(child_rollout, None), parent=session,
+            runtime, _config(child_rollout, None), parent=session,
             profile=Profile(name=optional_text(meta.get("session_type")) or "custom"),
             source=source if isinstance(source, (str, dict)) else "exec",
             resumed=(child_rollout.session_id, child_rollout.path),
@@ -123,35 +125,33 @@ def _adopt_children(engine: Engine, session: Session, parent_id: str, damaged: l
         session.subsessions.adopt_ended(child, _ending(child_rollout), ended)
 
 
-async def reopen(
-    engine: Engine,
-    id_or_path: str | os.PathLike[str],
-    *,
-    fork: bool,
+def load(home: Path, id_or_path: str | os.PathLike[str]) -> tuple[str, Rollout]:
+    """The path and the rollout of a session to resume or fork."""
+    path = locate(home, id_or_path)
+    return path, read_rollout(path)
+
+
+def check_resumable(rollout: Rollout) -> None:
+    """A rollout another process is still writing cannot be resumed (two writers would
+    interleave one file); it can be forked."""
+    if rollout.status == "running" and writer_pid(rollout) != os.getpid():
+        raise SessionBusy(rollout.session_id, "is still running in another process; "
+                          "fork it instead")
+
+
+def rebuild(
+    runtime: Runtime, path: str, rollout: Rollout, *, fork: bool,
     config: SessionConfig | None = None,
 ) -> Session:
-    """The session of a rollout, registered as a top-level session of `engine`."""
-    from subsessions.engine import OPEN_IN_THIS_PROCESS
-    from subsessions.session import Session
-
-    path = locate(engine.home, id_or_path)
-    rollout = read_rollout(path)
-    if not fork:  # two writers would interleave one file
-        if engine.get_session(rollout.session_id) is not None:
-            raise SessionBusy(rollout.session_id, "is already open in this engine")
-        if rollout.session_id in OPEN_IN_THIS_PROCESS:
-            raise SessionBusy(rollout.session_id, "is open in another engine; fork it instead")
-        if rollout.status == "running" and _writer_pid(rollout) != os.getpid():
-            raise SessionBusy(rollout.session_id, "is still running in another process; "
-                              "fork it instead")
+    """The session of a rollout (not registered anywhere: the engine does that)."""
     config = _config(rollout, config)
     if fork:
-        session = Session(engine, config, source="exec")
+        session = Session(runtime, config, source="exec")
         session.forked_from = rollout.session_id
         session.write_meta()
     else:
         source: Any = rollout.meta.get("source", "exec")
-        session = Session(engine, config, source=source, resumed=(rollout.session_id, path))
+        session = Session(runtime, config, source=source, resumed=(rollout.session_id, path))
         if _ends_torn(path):
             session.recorder.start_new_line()  # never glue a new line onto a torn one
     items = rollout.response_items()
@@ -162,7 +162,7 @@ async def reopen(
         for item in items:
             session.recorder.record("response_item", item)
     if not fork:
-        _adopt_children(engine, session, rollout.session_id, damaged)
+        _adopt_children(runtime, session, rollout.session_id, damaged)
     note = f"{'forked from' if fork else 'resumed'} {rollout.session_id} with {len(items)} items"
     if rollout.skipped:
         lines = ", ".join(f"{s.line} ({s.reason})" for s in rollout.skipped[:20])
@@ -170,6 +170,5 @@ async def reopen(
     if damaged:
         note += f"; skipped what was damaged: {', '.join(damaged[:20])}"
     session.recorder.event({"type": "background_event", "message": note})
-    engine.adopt(session)
     session.resume_report = note
     return session

@@ -1,24 +1,20 @@
-"""`$SUBSESSIONS_HOME/config.toml`, overridden by command-line flags, and the model client it
-describes. Every problem is one line naming the file, the key and what is wrong."""
+"""`$SUBSESSIONS_HOME/config.toml`, overridden by command-line flags (no model imports: the
+client it describes is built by `models.factory`). Every problem is one line naming the file,
+the key and what is wrong."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
+from typing import Any
 
 from attrs import evolve, field, frozen
 
 from subsessions.environment import EnvPolicy, env_policy_from_table
 from subsessions.errors import ConfigError, MissingApiKey
-
-if TYPE_CHECKING:  # the openai SDK is imported only by commands that talk to a model
-    from subsessions.models.openai_chat import OpenAIChatModel
-    from subsessions.models.openai_responses import OpenAIResponsesModel
+from subsessions.urls import is_loopback, url_problem
 
 WIRE_APIS = ("responses", "chat")
 
@@ -142,13 +138,6 @@ def _provider(source: str, name: str, table: Any, base: Provider | None) -> Prov
     return provider
 
 
-def url_problem(url: str) -> str | None:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        return f"{url!r} is not an http(s) URL"
-    return None
-
-
 def wire_problem(wire_api: str) -> str | None:
     return None if wire_api in WIRE_APIS else f"{wire_api!r} is not one of: responses, chat"
 
@@ -168,19 +157,6 @@ def with_overrides(settings: Settings, **flags: Any) -> Settings:
     return evolve(settings, providers=providers, **top)
 
 
-def is_loopback(url: str) -> bool:
-    return is_loopback_host(urlparse(url).hostname or "")
-
-
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def api_key(provider: Provider) -> str:
     key = os.environ.get(provider.env_key)
     if key:
@@ -188,26 +164,3 @@ def api_key(provider: Provider) -> str:
     if is_loopback(provider.base_url):
         return "not-needed"  # local servers (Ollama, vLLM, llama.cpp) take any key
     raise MissingApiKey(provider.env_key, provider.name, provider.base_url)
-
-
-def build_model_client(settings: Settings) -> OpenAIChatModel | OpenAIResponsesModel:
-    """One `AsyncOpenAI` for the provider, shared by every session of the engine."""
-    import openai
-
-    from subsessions.models.openai_chat import OpenAIChatModel
-    from subsessions.models.openai_common import RetryPolicy
-    from subsessions.models.openai_responses import OpenAIResponsesModel
-
-    provider = settings.provider
-    client = openai.AsyncOpenAI(
-        base_url=provider.base_url, api_key=api_key(provider), max_retries=0
-    )
-    kind: type[OpenAIChatModel | OpenAIResponsesModel] = (
-        OpenAIChatModel if provider.wire_api == "chat" else OpenAIResponsesModel
-    )
-    return kind(
-        client,
-        provider=provider.name,
-        retry=RetryPolicy(max_retries=provider.request_max_retries),
-        stream_idle_timeout=provider.stream_idle_timeout_ms / 1000,
-    )

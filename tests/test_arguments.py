@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from subsessions.errors import InvalidArguments
-from subsessions.handlers.arguments import check_arguments, parse_arguments
+from subsessions.tools.schema import check_arguments, parse_arguments
 
 TOOL = "wait_session"
 PREFIX = f"invalid arguments for {TOOL}: "

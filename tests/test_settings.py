@@ -13,13 +13,13 @@ from fake_openai import FakeOpenAI, fake_openai, text
 
 from subsessions import ConfigError, MissingApiKey
 from subsessions.models.base import ModelRequest
+from subsessions.models.factory import build_model_client
 from subsessions.models.openai_chat import OpenAIChatModel
 from subsessions.models.openai_responses import OpenAIResponsesModel
 from subsessions.settings import (
     Provider,
     Settings,
     api_key,
-    build_model_client,
     is_loopback,
     load_settings,
     with_overrides,

@@ -412,16 +412,26 @@ class ManagerMachine(RuleBasedStateMachine):
             self.tmp.cleanup()
 
 
-def test_manager_state_machine() -> None:
+def run_machine(examples: int) -> None:
     run_state_machine_as_test(
         ManagerMachine,
         settings=settings(
-            max_examples=100,
+            max_examples=examples,
             deadline=None,
             stateful_step_count=30,
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
+
+
+def test_manager_state_machine() -> None:
+    run_machine(200)
+
+
+@pytest.mark.slow
+def test_manager_state_machine_at_length() -> None:
+    """`pytest -m slow tests/test_stateful.py` (CI runs it): 1,000 examples."""
+    run_machine(1000)
 
 
 @pytest.mark.parametrize("ok", [True, False], ids=["completes", "fails"])

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-NAME = "ask_user"
+from subsessions.config import ASK_USER as NAME
+
+__all__ = ["NAME", "SPEC"]
+
 SPEC: dict[str, Any] = {
     "type": "function",
     "name": NAME,

@@ -34,7 +34,6 @@ from subsessions.children import ChildInfo
 from subsessions.engine import Engine
 from subsessions.errors import SubsessionError, error_text
 from subsessions.handlers import subsessions as subsession_tools
-from subsessions.handlers.arguments import check_arguments
 from subsessions.mcp import run
 from subsessions.mcp.connection import ClientConnection, own_session
 from subsessions.mcp.progress import progress_line as progress_line  # re-exported
@@ -44,6 +43,8 @@ from subsessions.mcp.transcript import render_transcript
 from subsessions.rollouts import read_rollout
 from subsessions.session import Session
 from subsessions.settings import Settings
+from subsessions.specs import tool_specs
+from subsessions.tools.schema import check_arguments
 
 log = logging.getLogger("subsessions.mcp")
 
@@ -161,7 +162,7 @@ class SubsessionsMcp:
     def tool_definitions(self) -> list[types.Tool]:
         profiles = {name: self.engine.profiles[name].profile
                     for name in sorted(self.engine.profiles)}
-        specs = {s["name"]: s for s in subsession_tools.tool_specs(profiles)}
+        specs = {s["name"]: s for s in tool_specs(profiles)}
         tools = [
             types.Tool(name=name, description=specs[name]["description"],
                        input_schema=specs[name]["parameters"])
@@ -195,7 +196,7 @@ class SubsessionsMcp:
             if name == run.NAME:
                 return await self._run_session(ctx, session, arguments)
             raw = orjson.dumps(arguments).decode()
-            work = subsession_tools.call(session, name, raw, f"mcp_{ctx.request_id}")
+            work = subsession_tools.call(session.subsessions, name, raw, f"mcp_{ctx.request_id}")
             try:
                 if name in ("wait_session", "wait_sessions") and wants_progress(ctx):
                     ids = _awaited_ids(name, arguments)

@@ -21,7 +21,7 @@ from typing import Any
 from attrs import frozen
 
 from subsessions.errors import ConfigError
-from subsessions.settings import url_problem
+from subsessions.urls import url_problem
 
 DEFAULT_STARTUP_TIMEOUT_MS = 10_000
 DEFAULT_TOOL_TIMEOUT_MS = 60_000

@@ -14,6 +14,7 @@ import logging
 from subsessions.config import SessionConfig
 from subsessions.engine import Engine
 from subsessions.errors import EngineClosed, UnknownSession
+from subsessions.manager import Member
 from subsessions.mcp.tasks import TaskRegistry
 from subsessions.rollouts.files import check_id
 from subsessions.session import Session
@@ -69,7 +70,7 @@ class ClientConnection:
             await self._engine.destroy_session(session.session_id)
 
 
-def own_session(client: ClientConnection, session_id: str) -> Session:
+def own_session(client: ClientConnection, session_id: str) -> Member:
     """The connection's parent session or one of its descendants, by exact id.
 
     Nothing else in the home is reachable, and an id that is not the connection's own is

@@ -8,7 +8,7 @@ from typing import Any
 
 from mcp.server.context import ServerRequestContext
 
-from subsessions.children import ChildInfo, ChildStatus
+from subsessions.children import ChildInfo
 from subsessions.errors import UnknownSession, error_text
 from subsessions.session import Session
 
@@ -40,7 +40,7 @@ async def report_progress(ctx: Context, session: Session, ids: list[str]) -> Non
                 infos.append(manager.info(child_id))
             except UnknownSession:
                 continue
-        ended = sum(1 for i in infos if i.status is not ChildStatus.PENDING)
+        ended = sum(1 for i in infos if not i.status.running)
         progress = float(sum(i.usage.turns for i in infos) + ended)
         if infos and progress > sent:
             sent = progress

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import mcp_types as types
 import orjson
 
-from subsessions.children import ChildStatus
+from subsessions import specs
 from subsessions.errors import ChildCancelled, InvalidArguments, SubsessionError
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.session import Session
@@ -29,7 +29,7 @@ Outcome = Literal["completed", "cancelled"]
 
 
 def schema(profile_names: list[str]) -> dict[str, Any]:
-    create = subsession_tools.create_schema(profile_names)
+    create = specs.create_schema(profile_names)
     budget = {
         "type": ["object", "null"],
         "description": "Limits for the child (accepted, not enforced yet); null for none.",
@@ -66,7 +66,8 @@ async def start(session: Session, arguments: dict[str, Any], call_id: str) -> st
     """Validate the arguments and queue the child; its id. DESIGN 3.1 errors raised."""
     rest = {k: v for k, v in arguments.items() if k != "budget"}
     check_budget(arguments.get("budget"))  # accepted; not enforced yet (see module doc)
-    created = await subsession_tools.call_parsed(session, "create_session", rest, call_id)
+    created = await subsession_tools.call_parsed(session.subsessions, "create_session", rest,
+                                                  call_id)
     child_id: str = orjson.loads(created)["session_id"]
     return child_id
 
@@ -95,5 +96,5 @@ async def outcome(session: Session, child_id: str) -> tuple[Outcome, types.CallT
 def status_message(session: Session, child_id: str) -> str:
     """The child's state for `tasks/get`: `running, 2 turns, 340 tokens`."""
     info = session.subsessions.info(child_id)
-    state = "running" if info.status is ChildStatus.PENDING else info.status.value
+    state = "running" if info.status.running else info.status.value
     return f"{state}, {info.usage.turns} turns, {info.usage.total_tokens} tokens"

@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from subsessions.errors import ConfigError, SubsessionError
-from subsessions.settings import Settings, build_model_client, is_loopback_host
+from subsessions.models.factory import build_model_client
+from subsessions.settings import Settings
+from subsessions.urls import is_loopback_host
 
 if TYPE_CHECKING:
     from subsessions.mcp.app import SubsessionsMcp

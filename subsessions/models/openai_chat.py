@@ -11,7 +11,6 @@ from typing import Any
 from uuid import uuid4
 
 from subsessions.errors import MalformedStream
-from subsessions.handlers.subsessions import to_chat_tool
 from subsessions.items import Item, assistant_message, function_call, message_text
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.openai_common import (
@@ -22,6 +21,7 @@ from subsessions.models.openai_common import (
     required,
 )
 from subsessions.models.openai_errors import Retryable
+from subsessions.tools.schema import to_chat_tool
 
 _ROLES = {"user": "user", "developer": "system", "system": "system", "assistant": "assistant"}
 

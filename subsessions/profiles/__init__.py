@@ -18,7 +18,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from subsessions.errors import ProfileError
+from subsessions.errors import ProfileError, UnknownSessionType
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _MAX_PROFILE_BYTES = 1 << 20
@@ -182,3 +182,21 @@ def load_profiles(
     if project_dir is not None:
         layers.update(load_profile_dir(Path(project_dir) / ".subsessions" / "profiles"))
     return layers
+
+
+def profile_namespace(
+    loaded: Mapping[str, LoadedProfile], custom: Iterable[Profile]
+) -> dict[str, Profile]:
+    """The profiles a tree can use by name: the loaded ones, then the root's custom agents."""
+    found = {name: lp.profile for name, lp in loaded.items()}
+    found.update({p.name: p for p in custom})
+    return dict(sorted(found.items()))
+
+
+def resolve_profile(chosen: str | Profile, known: Mapping[str, Profile]) -> Profile:
+    """A profile given by name (looked up in `known`) or as itself."""
+    if isinstance(chosen, Profile):
+        return chosen
+    if chosen not in known:
+        raise UnknownSessionType(str(chosen), tuple(known))
+    return known[chosen]

@@ -30,34 +30,13 @@ from typing import Any
 
 import orjson
 
+from subsessions.clock import clock
 from subsessions.errors import RolloutError
 from subsessions.rollouts.files import make_private_dirs
 
 # Never through a symlink: a planted one would make us append to someone else's file.
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 _REPAIR = _APPEND & ~os.O_WRONLY | os.O_RDWR  # after a failed append: read its last byte
-
-
-class _Clock:
-    """UTC timestamps with millisecond precision, formatted once a millisecond."""
-
-    __slots__ = ("_milli", "_stamp")
-
-    def __init__(self) -> None:
-        self._milli = -1
-        self._stamp = ""
-
-    def now(self) -> str:
-        milli = int(time.time() * 1000)
-        if milli != self._milli:
-            second, rest = divmod(milli, 1000)
-            prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._milli = milli
-            self._stamp = f"{prefix}.{rest:03d}Z"
-        return self._stamp
-
-
-clock = _Clock()
 
 # Called on the event loop once a chunk is in its file (None) or could not be written.
 Written = Callable[[RolloutError | None], None]
@@ -117,30 +96,35 @@ class RolloutWriter:
                 self._wake.wait()
             self._idle = False
             self._wake.clear()
-            batch: dict[str, list[bytes | bytearray]] = {}
-            depths: dict[str, int] = {}
-            waiters: list[_Waiter] = []
-            while self._queue:
-                path, data, waiter, depth = self._queue.popleft()
-                if data:  # an empty flush only waits for what came before it
-                    batch.setdefault(path, []).append(data)
-                    if depth:
-                        depths[path] = depth
-                if waiter is not None:
-                    waiters.append((waiter, path))
-            paths: Iterable[str] = batch
-            if depths:  # children before parents (stable: otherwise in the order queued)
-                paths = sorted(batch, key=lambda p: -depths.get(p, 0))
-            for path in paths:
-                self._append(path, b"".join(batch[path]))
-            if waiters:
-                reported = {path: self._failed.pop(path) for _, path in waiters
-                            if path in self._failed}
-                self._call(_resolve, waiters, reported)
+            self._write_round()
             stopped = self._stopped
             if stopped is not None and not self._queue:
                 self._call(_set_done, stopped)
                 return
+
+    def _write_round(self) -> None:
+        """Write what is queued. A method of its own so that the round's chunks are freed
+        when it returns, not kept by the thread's locals while it sleeps."""
+        batch: dict[str, list[bytes | bytearray]] = {}
+        depths: dict[str, int] = {}
+        waiters: list[_Waiter] = []
+        while self._queue:
+            path, data, waiter, depth = self._queue.popleft()
+            if data:  # an empty flush only waits for what came before it
+                batch.setdefault(path, []).append(data)
+                if depth:
+                    depths[path] = depth
+            if waiter is not None:
+                waiters.append((waiter, path))
+        paths: Iterable[str] = batch
+        if depths:  # children before parents (stable: otherwise in the order queued)
+            paths = sorted(batch, key=lambda p: -depths.get(p, 0))
+        for path in paths:
+            self._append(path, b"".join(batch[path]))
+        if waiters:
+            reported = {path: self._failed.pop(path) for _, path in waiters
+                        if path in self._failed}
+            self._call(_resolve, waiters, reported)
 
     def _call(self, callback: Any, *args: Any) -> None:
         assert self._loop is not None

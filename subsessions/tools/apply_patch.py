@@ -34,7 +34,6 @@ from typing import Any, TypeVar
 
 from attrs import Factory, define
 
-from subsessions.handlers.arguments import check_arguments
 from subsessions.tools import sandbox
 from subsessions.tools.approval import approve_patch
 from subsessions.tools.beneath import DirHandles, PathChanged, lstat_at, read_at
@@ -49,6 +48,7 @@ from subsessions.tools.patch import (
     parse_patch,
 )
 from subsessions.tools.patch_commit import Change, Original, Stopped, commit
+from subsessions.tools.schema import check_arguments
 
 NAME = "apply_patch"
 FORMAT = """\

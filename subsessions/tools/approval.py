@@ -25,7 +25,7 @@ import inspect
 import logging
 from typing import Any
 
-from subsessions.tools.context import NO_APPROVAL, ToolContext
+from subsessions.tools.context import NO_APPROVAL, ToolContext, permission_kind
 from subsessions.tools.errors import ApprovalDenied, EscalationNotAllowed, WriteNotAllowed
 from subsessions.tools.safe_commands import is_known_safe
 
@@ -43,9 +43,7 @@ async def ask(context: ToolContext, request: dict[str, Any]) -> str:
     except Exception:
         log.exception("ask_permission failed; treated as denied")
         return NO_APPROVAL
-    if isinstance(answer, dict):
-        answer = answer.get("kind")
-    return answer if isinstance(answer, str) and answer else NO_APPROVAL
+    return permission_kind(answer)
 
 
 async def approve_shell(

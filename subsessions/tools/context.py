@@ -13,6 +13,20 @@ from subsessions.environment import EnvPolicy
 SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
 APPROVAL_POLICIES = ("untrusted", "on-request", "never")
 NO_APPROVAL = "denied-no-approval-rule-and-could-not-request-from-user"
+PERMISSION_KINDS = frozenset({
+    "approved",
+    "denied-by-rules",
+    "denied-interactively-by-user",
+    NO_APPROVAL,
+    "denied-by-content-exclusion-policy",
+})
+
+
+def permission_kind(answer: Any) -> str:
+    """A permission handler's answer (a kind, or `{"kind": ...}`) as one of DESIGN 3.6's
+    result kinds; anything else denies. The one normalisation of permission answers."""
+    kind = answer.get("kind") if isinstance(answer, dict) else answer
+    return kind if kind in PERMISSION_KINDS else NO_APPROVAL
 
 AskPermission = Callable[[dict[str, Any]], Awaitable[str] | str]  # async, or a plain function
 

@@ -22,10 +22,10 @@ from collections import deque
 from typing import Any, BinaryIO
 
 from subsessions.errors import InvalidArguments
-from subsessions.handlers.arguments import check_arguments
 from subsessions.tools.beneath import open_regular
 from subsessions.tools.context import ToolContext
 from subsessions.tools.errors import FileToolError
+from subsessions.tools.schema import check_arguments
 
 READ_FILE = "read_file"
 LIST_DIR = "list_dir"

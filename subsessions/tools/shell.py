@@ -21,7 +21,6 @@ from typing import Any
 import orjson
 
 from subsessions.errors import InvalidArguments
-from subsessions.handlers.arguments import check_arguments
 from subsessions.tools import limits, sandbox
 from subsessions.tools.approval import approve_shell
 from subsessions.tools.context import ToolContext
@@ -32,6 +31,7 @@ from subsessions.tools.errors import (
     ToolError,
 )
 from subsessions.tools.process import ProcessResult, run_process
+from subsessions.tools.schema import check_arguments
 
 NAME = "shell"
 DEFAULT_TIMEOUT_MS = 60_000

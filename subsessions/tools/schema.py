@@ -1,4 +1,5 @@
-"""Parsing and checking tool arguments against the small JSON Schema subset our tools use.
+"""Tool schemas: checking arguments against the small JSON Schema subset our tools use,
+and the Chat Completions form of a tool definition.
 
 Supported: `type` (object, string, integer, number, boolean, array), `properties`,
 `required`, `additionalProperties: false`, `enum`, `items`, `minLength`.
@@ -8,6 +9,7 @@ Anything else in a schema is ignored, never guessed at.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -95,3 +97,15 @@ def _object_problem(schema: dict[str, Any], value: dict[str, Any], where: str) -
             if problem:
                 return problem
     return None
+
+
+def to_chat_tool(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A Responses-format function definition in the Chat Completions format."""
+    return {
+        "type": "function",
+        "function": {
+            "name": spec["name"],
+            "description": spec.get("description", ""),
+            "parameters": spec.get("parameters", {}),
+        },
+    }

@@ -1,0 +1,160 @@
+"""Runtime: what every session of an engine needs, and the ownership of their tasks.
+
+Sessions receive the runtime, never the engine: the model client and its names, the
+profiles, the rollout writer with the periodic flusher, the dispatcher, and the tasks
+(spawned here, drained at close). The engine owns one runtime plus its registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from attrs import define, field
+
+from subsessions.dispatch import Dispatcher
+from subsessions.errors import EngineClosed
+from subsessions.models.base import ModelClient
+from subsessions.profiles import LoadedProfile
+from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
+
+T = TypeVar("T")
+FLUSH_SECONDS = 0.1
+DRAIN_SECONDS = 10.0  # how long close waits for tasks before cancelling what is left
+
+
+class Phase(enum.Enum):
+    OPEN = "open"
+    CLOSING = "closing"  # new work is refused; the clean-up of endings may still start
+    CLOSED = "closed"
+
+
+@define(eq=False)
+class Runtime:
+    home: Path
+    cwd: str
+    model_client: ModelClient
+    model: str
+    model_provider: str
+    profiles: Mapping[str, LoadedProfile]
+    dispatcher: Dispatcher[Any]
+    # whether a top-level session id is still registered (the engine's registry answers)
+    registered: Callable[[str], bool] = lambda _: True
+    writer: RolloutWriter = field(factory=RolloutWriter)
+    # Recorders with lines not yet handed to the writer; flushed every FLUSH_SECONDS, so
+    # a running session's transcript trails it by at most that (`rollouts tail`).
+    unwritten: set[RolloutRecorder] = field(factory=set)
+    _flusher: asyncio.Task[None] | None = field(default=None, init=False)
+    _tasks: set[asyncio.Task[Any]] = field(factory=set, init=False)
+    _top_tasks: dict[asyncio.Task[Any], str] = field(factory=dict, init=False)
+    _phase: Phase = field(default=Phase.OPEN, init=False)
+
+    @property
+    def closed(self) -> bool:
+        """Closing has started (or finished): no new work is accepted."""
+        return self._phase is not Phase.OPEN
+
+    @property
+    def task_count(self) -> int:
+        return len(self._tasks)
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise EngineClosed()
+
+    def start_closing(self) -> None:
+        if self._phase is Phase.OPEN:
+            self._phase = Phase.CLOSING
+
+    def owns(self, task: asyncio.Task[Any] | None) -> bool:
+        return task in self._tasks
+
+    # -- tasks ------------------------------------------------------------------------------
+    def spawn_task(
+        self, coro: Coroutine[Any, Any, T], name: str, *, while_closing: bool = False
+    ) -> asyncio.Task[T]:
+        """Start a task the runtime owns; refused once closing started, except for the
+        clean-up work of endings (hooks), which close then drains like every task."""
+        if self._phase is not Phase.OPEN and not (
+            while_closing and self._phase is Phase.CLOSING
+        ):
+            coro.close()
+            raise EngineClosed()
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def run_owned(self, coro: Coroutine[Any, Any, T], session_id: str = "") -> T:
+        """Run `coro` in an owned task; cancelling the caller cancels it, and closing the
+        engine (or destroying the session) raises `EngineClosed` in the caller."""
+        task = self.spawn_task(coro, "subsessions-task")
+        self._top_tasks[task] = session_id
+        task.add_done_callback(self._forget_top_task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                task.cancel()
+                await asyncio.wait((task,))
+                raise
+            if self.closed or not self.registered(session_id):
+                raise EngineClosed() from None
+            raise
+
+    def _forget_top_task(self, task: asyncio.Task[Any]) -> None:
+        self._top_tasks.pop(task, None)
+
+    def cancel_top_tasks(self, session_id: str | None = None) -> list[asyncio.Task[Any]]:
+        """Cancel the running `send_and_wait` tasks (of one session, or all); each aborts
+        its own children first."""
+        running = [t for t, owner in self._top_tasks.items()
+                   if session_id is None or owner == session_id]
+        for task in running:
+            task.cancel()
+        return running
+
+    async def drain(self) -> None:
+        """Wait for every owned task; what has not ended after a grace period is cancelled."""
+        grace = True
+        while self._tasks:
+            _, pending = await asyncio.wait(
+                list(self._tasks), timeout=DRAIN_SECONDS if grace else None
+            )
+            if pending and grace:
+                for task in pending:
+                    task.cancel()
+                grace = False
+
+    # -- rollout flushing -------------------------------------------------------------------
+    def start_flusher(self) -> None:
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(
+                self._flush_periodically(), name="subsessions-rollout-flusher"
+            )
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            self.flush_unwritten()
+
+    def flush_unwritten(self) -> None:
+        dirty = list(self.unwritten)
+        self.unwritten.clear()
+        for recorder in dirty:
+            recorder.flush()
+
+    async def stop_flusher(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.wait((self._flusher,))
+        self.flush_unwritten()
+
+    async def aclose(self) -> None:
+        """The last step of closing: the writer thread ends once everything is written."""
+        self._phase = Phase.CLOSED
+        await self.writer.aclose()

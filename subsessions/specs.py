@@ -1,0 +1,125 @@
+"""The definitions of the sub-session tools (DESIGN 3.1), built from a tree's profiles.
+
+Values only: the handlers that run these tools live in `handlers/subsessions.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from subsessions.children import MAX_WAIT_SECONDS
+from subsessions.config import SUBSESSION_TOOL_NAMES
+from subsessions.profiles import Profile
+
+NAMES = SUBSESSION_TOOL_NAMES
+MAX_TIMEOUT_MS = round(MAX_WAIT_SECONDS * 1000)
+
+_SESSION_ID = {"type": "string", "description": "The id returned by create_session."}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "wait_session": {
+        "type": "object",
+        "properties": {
+            "session_id": _SESSION_ID,
+            "timeout_ms": {
+                "type": "integer",
+                "description": "How long to wait in milliseconds; <= 0 only checks; at most "
+                "3600000. A wait that times out leaves the sub-session running.",
+            },
+        },
+        "required": ["session_id", "timeout_ms"],
+        "additionalProperties": False,
+    },
+    "cancel_session": {
+        "type": "object",
+        "properties": {"session_id": _SESSION_ID},
+        "required": ["session_id"],
+        "additionalProperties": False,
+    },
+    "wait_sessions": {
+        "type": "object",
+        "properties": {
+            "session_ids": {"type": "array", "items": {"type": "string"}},
+            "timeout_ms": {"type": "integer"},
+            "mode": {"type": "string", "enum": ["any", "all"]},
+        },
+        "required": ["session_ids", "timeout_ms", "mode"],
+        "additionalProperties": False,
+    },
+    "list_profiles": {"type": "object", "properties": {}, "additionalProperties": False},
+}
+
+_DESCRIPTIONS = {
+    "wait_session": "Wait for a sub-session started with create_session and return its final "
+    "message.",
+    "cancel_session": "Cancel a running sub-session (and the sub-sessions it started).",
+    "wait_sessions": "Wait for several sub-sessions: mode 'any' returns when one has ended, "
+    "'all' when all have; on timeout, what has ended so far (the rest keep running).",
+    "run_sessions": "Run several sub-sessions and collect their answers: 'parallel' runs all at "
+    "once; 'chain' runs them in order, '{previous}' in a prompt standing for the previous "
+    "answer, and stops at the first failure.",
+    "list_profiles": "The profiles sub-sessions can be started from: names, descriptions, tools.",
+}
+_ORDER = ("wait_session", "cancel_session", "wait_sessions", "run_sessions", "list_profiles")
+
+
+def run_schema(profile_names: list[str]) -> dict[str, Any]:
+    task = {
+        "type": "object",
+        "properties": {
+            "session_type": {"type": "string", "enum": profile_names},
+            "prompt": {"type": "string"},
+        },
+        "required": ["session_type", "prompt"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "mode": {"type": "string", "enum": ["parallel", "chain"]},
+            "tasks": {"type": "array", "items": task},
+            "timeout_ms": {"type": "integer"},
+        },
+        "required": ["mode", "tasks", "timeout_ms"],
+        "additionalProperties": False,
+    }
+
+
+def create_schema(profile_names: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "session_type": {
+                "type": "string",
+                "enum": profile_names,
+                "description": "The profile the sub-session starts from.",
+            },
+            "prompt": {
+                "type": "string",
+                "description": "Everything the sub-session needs to know: it does not see "
+                "this conversation.",
+            },
+        },
+        "required": ["session_type", "prompt"],
+        "additionalProperties": False,
+    }
+
+
+def tool_specs(profiles: Mapping[str, Profile]) -> tuple[dict[str, Any], ...]:
+    """Responses-format definitions; the enum and description list the loaded profiles."""
+    listing = "\n".join(f"- {name}: {p.description}" for name, p in profiles.items())
+    create = {
+        "type": "function",
+        "name": "create_session",
+        "description": "Start a sub-session that works on a task in the background and return "
+        "its id at once; collect its answer later with wait_session. Profiles:\n" + listing,
+        "parameters": create_schema(list(profiles)),
+    }
+    schemas = {**SCHEMAS, "run_sessions": run_schema(list(profiles))}
+    others = (
+        {"type": "function", "name": name, "description": _DESCRIPTIONS[name],
+         "parameters": schemas[name]}
+        for name in _ORDER
+    )
+    return (create, *others)

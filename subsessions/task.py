@@ -1,0 +1,207 @@
+"""The task loop: one task of a session, from the user's prompt to exactly one ending.
+
+Model turns, tool calls (through the session's router), notices of children that ended
+unseen, token counts, the hosts' hooks around the task; and the one terminal record on
+every path. The session keeps identity and state; this module is what a task does to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+import orjson
+
+from subsessions.errors import MaxTurnsExceeded, ModelError, SubsessionError, error_text
+from subsessions.events import emit
+from subsessions.items import (
+    Item,
+    developer_message,
+    is_assistant_message,
+    message_text,
+    output_problem,
+    user_message,
+)
+from subsessions.models.base import ModelRequest, TokenUsage
+from subsessions.rollouts import records
+from subsessions.router import RouterHost, ToolRouter
+
+
+class TaskHost(RouterHost, Protocol):
+    """What a task needs of its session (and may change: history, counters)."""
+
+    history: list[Item]
+    turns: int
+    token_usage: TokenUsage
+    answered_by: str | None  # the model that answered last, when it was not `model`
+
+    @property
+    def source(self) -> str | dict[str, Any]: ...
+    @property
+    def instructions(self) -> str: ...
+    @property
+    def max_turns(self) -> int: ...
+    @property
+    def router(self) -> ToolRouter: ...
+    @property
+    def cancel_requested(self) -> bool: ...  # a cancel that came before the first step
+
+    def task_ended(self) -> None: ...  # its terminal record is written
+
+
+async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
+    """Run one task; exactly one terminal record is written, however it ends."""
+    if first:  # at its first task, where a listener (or parent) can see it
+        emit(host.events, "session.start", {"session_id": host.session_id,
+                                            "source": host.source})
+    record = host.recorder
+    approval = "never" if host.is_child else host.config.approval
+    record.record("turn_context", records.turn_context(host.cwd, approval, host.model))
+    record.event({"type": "task_started"})
+    # Exactly one terminal record, on every path: children are ended first (a
+    # cancelled task's children, and any child's children, since nobody could
+    # wait for them any more), and a cancel landing meanwhile makes it an abort.
+    terminal = records.INTERRUPTED
+    answer: str | None = None
+    try:
+        if host.cancel_requested:
+            raise asyncio.CancelledError
+        if host.tree.config.hooks is not None:
+            prompt = await _prompt_hooks(host, prompt, first)
+        message = user_message(prompt)
+        host.history.append(message)
+        record.record("response_item", message)
+        record.event({"type": "user_message", "message": prompt})
+        answer = await _turns(host)
+        terminal = records.task_complete(answer)
+    except asyncio.CancelledError:
+        terminal = records.CANCELLED
+        raise
+    except Exception as exc:
+        terminal = records.task_error(error_text(exc))
+        raise
+    finally:
+        try:
+            if host.subsessions.has_children and (
+                terminal is records.CANCELLED or host.is_child
+            ):
+                await host.subsessions.abort_all_children()
+        except asyncio.CancelledError:
+            terminal = records.CANCELLED
+            raise
+        finally:
+            record.event(terminal)
+            host.task_ended()
+            _announce_end(host, terminal)
+    return answer
+
+
+async def _prompt_hooks(host: TaskHost, prompt: str, first: bool) -> str:
+    dispatcher = host.runtime.dispatcher
+    if host.is_child and first:
+        await dispatcher.invoke_hook(host, "on_session_start", {"source": "subsession"})
+    changed = await dispatcher.invoke_hook(host, "on_user_prompt_submitted", {"prompt": prompt})
+    if isinstance(changed, dict) and isinstance(changed.get("modifiedPrompt"), str):
+        return str(changed["modifiedPrompt"])
+    return prompt
+
+
+def _announce_end(host: TaskHost, terminal: dict[str, Any]) -> None:
+    kind = terminal["type"]
+    if kind == "error":
+        emit(host.events, "session.error", {"message": terminal["message"]})
+    else:
+        emit(host.events, "session.idle", {"aborted": kind == "turn_aborted"})
+    hooks = host.tree.config.hooks
+    if hooks is None:
+        return
+    dispatcher = host.runtime.dispatcher
+    if kind == "error" and hooks.on_error_occurred is not None:
+        _hook_later(host, dispatcher.invoke_hook(host, "on_error_occurred",
+                                                 {"error": terminal["message"]}))
+    if host.is_child and hooks.on_session_end is not None:
+        _hook_later(host, dispatcher.invoke_hook(host, "on_session_end", {
+            "reason": {"task_complete": "complete", "error": "error"}.get(kind, "abort"),
+        }))
+
+
+def _hook_later(host: TaskHost, hook: Any) -> None:
+    """End-of-task hooks run beside the ending, never delaying or blocking it."""
+    try:
+        host.runtime.spawn_task(hook, "subsessions-hook", while_closing=True)
+    except SubsessionError:  # the engine is closed: the hook cannot run any more
+        hook.close()
+
+
+async def _turns(host: TaskHost) -> str | None:
+    client = host.runtime.model_client
+    recorder = host.recorder
+    # The head of the task goes to the writer before the first model call, so the file
+    # exists while the session works; later lines follow with the runtime's periodic flush.
+    recorder.flush()
+    for _ in range(host.max_turns):
+        if host.subsessions.has_notices:
+            _deliver_notices(host)
+        request = ModelRequest(
+            session_id=host.session_id,
+            model=host.model,
+            instructions=host.instructions,
+            items=tuple(host.history),
+            tools=host.router.specs(),
+            fallback_models=host.profile.fallback_models if host.profile else (),
+        )
+        host.turns += 1
+        response = await client.respond(request)
+        answered = response.model or host.model
+        if answered not in (host.model, host.answered_by):
+            recorder.event(records.background(
+                f"model {host.model} did not answer; {answered} answered"
+            ))
+        host.answered_by = answered
+        _count(host, response.usage)
+        answer: str | None = None
+        calls: list[Item] = []
+        for item in response.output:
+            problem = output_problem(item)
+            if problem is not None:
+                raise ModelError(f"malformed model output ({problem}): {item!r:.200}")
+            host.history.append(item)
+            recorder.record("response_item", item)
+            if is_assistant_message(item):
+                answer = message_text(item)
+                recorder.event({"type": "agent_message", "message": answer})
+                emit(host.events, "assistant.message", {"content": answer})
+            elif item.get("type") == "function_call":
+                calls.append(item)
+        if not calls:
+            return answer
+        router = host.router
+        if len(calls) == 1:
+            outputs = [await router.call(calls[0])]
+        else:
+            outputs = await asyncio.gather(*(router.call(c) for c in calls))
+        for output in outputs:
+            host.history.append(output)
+            recorder.record("response_item", output)
+    raise MaxTurnsExceeded(host.max_turns)
+
+
+def _deliver_notices(host: TaskHost) -> None:
+    """One developer message for each child that ended without being waited for."""
+    for info in host.subsessions.take_notices():
+        body = {"session_id": info.session_id, **info.outcome()}
+        payload = orjson.dumps(body).decode()
+        message = developer_message(
+            f"<subsession_notification>{payload}</subsession_notification>"
+        )
+        host.history.append(message)
+        host.recorder.record("response_item", message)
+
+
+def _count(host: TaskHost, usage: TokenUsage) -> None:
+    before = host.token_usage
+    total = host.token_usage = TokenUsage(
+        before.input_tokens + usage.input_tokens, before.output_tokens + usage.output_tokens
+    )
+    fallback = host.answered_by if host.answered_by != host.model else None
+    host.recorder.event(records.token_count(usage.as_dict(), total.as_dict(), fallback))

@@ -1,0 +1,120 @@
+"""A child's one ending has one owner (`ChildRecord.settle`): a cancel shows as CANCELLING
+until the child has ended its own work, and a cancel that lands before a child's first step
+is delivered there, so the child's own clean-up writes its ending (events, hooks, rollout)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from subsessions import (
+    ChildStatus,
+    Engine,
+    Hooks,
+    ModelRequest,
+    Profile,
+    ScriptedModel,
+    SessionConfig,
+)
+from subsessions.children import ChildRecord, Done, Failed, Pending
+from subsessions.events import SessionEvent
+from subsessions.rollouts.reader import read_rollout
+
+WORKER = Profile(name="worker", developer_instructions="work")
+
+
+def terminal_events(path: str) -> list[dict[str, Any]]:
+    kinds = {"task_complete", "turn_aborted", "error"}
+    return [e for e in read_rollout(path).records
+            if e["type"] == "event_msg" and e["payload"]["type"] in kinds]
+
+
+async def test_a_cancel_shows_as_cancelling_until_the_child_has_ended(home: Path) -> None:
+    gate: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    at_gate = asyncio.Event()
+
+    async def respond(request: ModelRequest) -> Any:
+        at_gate.set()
+        return await gate
+
+    seen: list[ChildStatus] = []
+    async with Engine(home, model_client=ScriptedModel(respond), profiles={}) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        manager = parent.subsessions
+        cid = await manager.spawn_child("worker", "go")
+        await at_gate.wait()
+        assert manager.status(cid) is ChildStatus.PENDING
+
+        def on_event(event: SessionEvent) -> None:
+            if event.type == "session.idle" and event.session_id == cid:
+                seen.append(manager.status(cid))  # written its ending, not settled yet
+
+        parent.on(on_event)
+        assert await manager.cancel_child(cid) is True
+        assert seen == [ChildStatus.CANCELLING]
+        assert manager.status(cid) is ChildStatus.CANCELLED
+        assert manager.info(cid).outcome() == {"status": "cancelled", "error": "cancelled"}
+
+
+async def test_a_cancel_before_the_first_step_lets_the_child_write_its_own_ending(
+    home: Path,
+) -> None:
+    calls: list[ModelRequest] = []
+    ended: list[dict[str, Any]] = []
+
+    def on_session_end(data: dict[str, Any]) -> None:
+        ended.append(data)
+
+    async with Engine(home, model_client=ScriptedModel(calls.append), profiles={}) as engine:
+        events: list[SessionEvent] = []
+        parent = await engine.create_session(
+            SessionConfig(custom_agents=(WORKER,), hooks=Hooks(on_session_end=on_session_end))
+        )
+        parent.on(events.append)
+        manager = parent.subsessions
+        cid = await manager.spawn_child("worker", "go")
+        # No await in between: the child's task has not run a line yet.
+        assert await manager.cancel_child(cid) is True
+        info = manager.info(cid)
+        await engine.close()  # the end-of-task hook runs beside the ending; close drains it
+    assert calls == []  # the model was never asked
+    assert info.status is ChildStatus.CANCELLED
+    mine = [e.type for e in events if e.session_id == cid]
+    assert mine == ["session.start", "session.idle"]
+    [failed] = [e for e in events if e.type == "subagent.failed"]
+    assert failed.data["remote_session_id"] == cid and failed.data["cancelled"] is True
+    idle = next(e for e in events if e.session_id == cid and e.type == "session.idle")
+    assert idle.data["aborted"] is True
+    assert [d["reason"] for d in ended if d["session_id"] == cid] == ["abort"]
+    [end] = terminal_events(info.rollout_path)
+    assert end["payload"] == {"type": "turn_aborted", "reason": "cancelled"}
+
+
+async def test_settle_is_the_one_terminal_transition() -> None:
+    class Child:
+        session_id = "c"
+        agent_name = "worker"
+        model = "m"
+        started_at = 0.0
+        rollout_path = "/dev/null"
+        answering_model = "m"
+        started = True
+        call_id = None
+
+        def usage(self, include_children: bool = False) -> Any:
+            raise AssertionError("not needed")
+
+        def cancel_at_first_step(self) -> None:
+            raise AssertionError("not needed")
+
+    task = asyncio.get_running_loop().create_task(asyncio.sleep(0))
+    record: ChildRecord[Any] = ChildRecord(Child(), Pending(task))
+    record.settle(Done("answer"))
+    assert record.finished.done() and record.result() == "answer"
+    with pytest.raises(RuntimeError, match="has ended already"):
+        record.settle(Failed("late"))
+    assert record.result() == "answer"  # the first ending stands
+    await task
