@@ -15,7 +15,7 @@ from subsessions.config import SessionConfig
 from subsessions.engine import Engine
 from subsessions.errors import EngineClosed, UnknownSession
 from subsessions.manager import Member
-from subsessions.mcp.tasks import TaskRegistry
+from subsessions.mcp.task_store import TaskRegistry
 from subsessions.rollouts.files import check_id
 from subsessions.session import Session
 from subsessions.settings import Settings

@@ -7,26 +7,23 @@ task id is known only to the connection that made it (DESIGN 4) and every other
 connection gets `unknown task`. Tasks exist on the 2026-07-28 wire only (the SDK sieves
 a task handle out of a 2025-11-25 `tools/call`); older clients get the blocking tool.
 
-A task's status is its child's: `working` while it runs, `completed` when it ended
-(a failed child too: its result has `isError`, as SEP-2663 says), `cancelled`, and
-`failed` only for a fault of ours (a JSON-RPC error). Tasks live as long as their
-connection (`ttlMs: null`); when it ends they are cancelled with its children.
+The store is `subsessions.mcp.task_store`. A task's status is its child's: `working`
+while it runs, `completed` when it ended (a failed child too: its result has
+`isError`, as SEP-2663 says), `cancelled`, and `failed` only for a fault of ours
+(a JSON-RPC error). Tasks live as long as their connection (`ttlMs: null`); when it
+ends they are cancelled with its children.
 Not yet: `notifications/tasks` (the SDK's `subscriptions/listen` carries a closed set of
 events) and `tasks/update` (children never ask their host for input).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import mcp_types as types
-from attrs import define
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
@@ -34,20 +31,14 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from subsessions.errors import SubsessionError, error_text
 from subsessions.mcp import run
-
-if TYPE_CHECKING:
-    from subsessions.mcp.connection import ClientConnection
+from subsessions.mcp.connection import ClientConnection
+from subsessions.mcp.task_store import ChildTask
 
 log = logging.getLogger("subsessions.mcp")
 
 Context = ServerRequestContext[Any, Any]
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 POLL_INTERVAL_MS = 500
-Status = Literal["working", "completed", "failed", "cancelled"]
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def client_wants_task(ctx: Context) -> bool:
@@ -57,58 +48,6 @@ def client_wants_task(ctx: Context) -> bool:
     capabilities = ctx.session.client_capabilities
     extensions = capabilities.extensions if capabilities else None
     return bool(extensions) and TASKS_EXTENSION in (extensions or {})
-
-
-@define
-class ChildTask:
-    """One `run_session` child behind a task id nobody can guess."""
-
-    task_id: str
-    child_id: str
-    runner: asyncio.Task[tuple[run.Outcome, types.CallToolResult]]
-    created_at: str
-    updated_at: str
-
-    def status(self) -> Status:
-        if not self.runner.done():
-            return "working"
-        if self.runner.cancelled() or self.runner.exception() is not None:
-            return "failed"
-        return self.runner.result()[0]
-
-
-class TaskRegistry:
-    """The tasks of one connection."""
-
-    def __init__(self) -> None:
-        self._tasks: dict[str, ChildTask] = {}
-
-    def start(self, connection: ClientConnection, child_id: str) -> ChildTask:
-        session = connection.session_or_none
-        assert session is not None  # the child was just spawned from it
-        runner = asyncio.get_running_loop().create_task(
-            run.outcome(session, child_id), name=f"subsessions-mcp-task-{child_id}")
-        now = _now()
-        task = ChildTask(secrets.token_urlsafe(24), child_id, runner, now, now)
-        runner.add_done_callback(lambda _: setattr(task, "updated_at", _now()))
-        self._tasks[task.task_id] = task
-        return task
-
-    def find(self, task_id: str) -> ChildTask:
-        task = self._tasks.get(task_id)
-        if task is None:  # another connection's, or none: the same answer either way
-            raise MCPError(code=types.INVALID_PARAMS, message=f"unknown task {task_id}")
-        return task
-
-    async def close(self) -> None:
-        """The connection ended: stop waiting (its children are aborted by the caller)."""
-        runners = [t.runner for t in self._tasks.values()]
-        for runner in runners:
-            runner.cancel()
-        for runner in runners:
-            with contextlib.suppress(asyncio.CancelledError):
-                await runner
-        self._tasks.clear()
 
 
 def describe(connection: ClientConnection, task: ChildTask, *, detailed: bool) -> dict[str, Any]:
@@ -163,7 +102,7 @@ class TasksExtension(Extension):
             child_id = await run.start(session, params.arguments or {}, self._call_id_for(ctx))
         except SubsessionError as exc:  # bad arguments, limits: a plain error result
             return run.text_result(str(exc), error=True)
-        task = connection.tasks.start(connection, child_id)
+        task = connection.tasks.start(session, child_id)
         return {"resultType": "task", **describe(connection, task, detailed=False)}
 
     async def _get(self, ctx: Context, params: types.GetTaskRequestParams) -> HandlerResult:
