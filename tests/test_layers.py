@@ -115,6 +115,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     6: ("resume", "session"),
     7: ("engine",),
     8: ("", "__main__", "cli", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.server",
+        "mcp.progress", "mcp.run", "mcp.task_store", "mcp.tasks",
         "rollouts.cli", "testing"),
 }
 

@@ -84,7 +84,9 @@ async def test_lists_the_five_tools_with_the_function_tool_schemas(
         assert info.capabilities.tools is not None and info.capabilities.resources is not None
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}
     assert list(listed) == ["create_session", "wait_session", "wait_sessions",
-                            "cancel_session", "list_sessions"]
+                            "cancel_session", "run_session", "list_sessions"]
+    run = listed.pop("run_session").input_schema  # `budget` may be omitted (DESIGN 3.1)
+    assert run["required"] == ["session_type", "prompt"] and "budget" in run["properties"]
     assert listed["create_session"].input_schema == create_schema(PROFILES)
     for name in ("wait_session", "wait_sessions", "cancel_session"):
         assert listed[name].input_schema == SCHEMAS[name]

@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import mcp_types as types
 import orjson
 from mcp.server.context import ServerRequestContext
+from mcp.server.extension import compose_tool_call_handler
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -30,9 +32,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from subsessions._version import __version__
 from subsessions.children import ChildInfo
 from subsessions.engine import Engine
-from subsessions.errors import SubsessionError, UnknownSession, error_text
+from subsessions.errors import SubsessionError, error_text
 from subsessions.handlers import subsessions as subsession_tools
+from subsessions.mcp import run
 from subsessions.mcp.connection import ClientConnection, own_session
+from subsessions.mcp.progress import progress_line as progress_line  # re-exported
+from subsessions.mcp.progress import report_progress, wants_progress
+from subsessions.mcp.tasks import TasksExtension, version_gated
 from subsessions.mcp.transcript import render_transcript
 from subsessions.rollouts import read_rollout
 from subsessions.session import Session
@@ -45,23 +51,24 @@ log = logging.getLogger("subsessions.mcp")
 Context = ServerRequestContext[Any, Any]
 
 TOOL_NAMES = ("create_session", "wait_session", "wait_sessions", "cancel_session",
-              "list_sessions")
+              "run_session", "list_sessions")
 LIST_SCHEMA: dict[str, Any] = {"type": "object", "properties": {},
                                "additionalProperties": False}
 LIST_DESCRIPTION = ("The sub-sessions started on this connection, oldest first: id, profile, "
                     "status, turns so far, result or error, and the rollout:// URI of each "
                     "transcript.")
-PROGRESS_INTERVAL = 0.1  # seconds between looks at the awaited children
 RESOURCE_NOT_FOUND = -32002
 SCHEME = "rollout://"
 INSTRUCTIONS = (
     "Delegate work to sub-sessions: create_session starts one from a profile and returns its "
-    "id at once; wait_session / wait_sessions collect answers (with progress notifications "
+    "id at once; run_session runs one to its end (a task, for clients that negotiate MCP "
+    "Tasks); wait_session / wait_sessions collect answers (with progress notifications "
     "when asked for); cancel_session stops one; list_sessions shows them all. Each connection "
     "is one parent session: disconnecting cancels its running sub-sessions. The transcript "
     "of each of this connection's sessions is the resource rollout://{session_id}."
 )
 _STATE_KEY = "subsessions.client"
+_T = TypeVar("_T")
 
 
 def _text_result(text: str, *, error: bool = False) -> types.CallToolResult:
@@ -88,16 +95,6 @@ def _child_entry(info: ChildInfo) -> dict[str, Any]:
     }
 
 
-def progress_line(infos: list[ChildInfo]) -> str:
-    """`{id}: {status}, {turns} turns` for each awaited child, `; `-separated."""
-    return "; ".join(f"{i.session_id}: {i.status.value}, {i.usage.turns} turns" for i in infos)
-
-
-def _wants_progress(ctx: Context) -> bool:
-    meta = (ctx.params or {}).get("_meta")
-    return isinstance(meta, dict) and meta.get("progressToken") is not None
-
-
 def _awaited_ids(name: str, arguments: dict[str, Any]) -> list[str]:
     if name == "wait_session":
         value = arguments.get("session_id")
@@ -106,30 +103,6 @@ def _awaited_ids(name: str, arguments: dict[str, Any]) -> list[str]:
     if not isinstance(values, list):
         return []
     return list(dict.fromkeys(v for v in values if isinstance(v, str)))
-
-
-async def _report_progress(ctx: Context, session: Session, ids: list[str]) -> None:
-    """Until cancelled: a progress notification whenever an awaited child's status or
-    turn count changes. `progress` (turns so far plus children ended) only grows."""
-    sent = -1.0
-    manager = session.subsessions
-    while True:
-        infos = []
-        for child_id in ids:
-            try:
-                infos.append(manager.info(child_id))
-            except UnknownSession:
-                continue
-        ended = sum(1 for i in infos if not i.status.running)
-        progress = float(sum(i.usage.turns for i in infos) + ended)
-        if infos and progress > sent:
-            sent = progress
-            try:
-                await ctx.session.report_progress(progress, None, progress_line(infos))
-            except Exception as exc:  # the request's channel is gone: nobody to tell
-                log.debug("progress not sent: %s", error_text(exc))
-                return
-        await asyncio.sleep(PROGRESS_INTERVAL)
 
 
 class SubsessionsMcp:
@@ -154,6 +127,14 @@ class SubsessionsMcp:
         if http:
             self.server.add_request_handler("server/discover", types.RequestParams,
                                             _no_discover)
+        # MCP Tasks for run_session, applied as MCPServer applies an SDK extension
+        tasks = TasksExtension(self.client_for, lambda ctx: f"mcp_{ctx.request_id}")
+        for binding in tasks.methods():
+            self.server.add_request_handler(binding.method, binding.params_type,
+                                            version_gated(binding))
+        self.server.extensions[tasks.identifier] = tasks.settings()
+        self.server.add_request_handler("tools/call", types.CallToolRequestParams,
+                                        compose_tool_call_handler([tasks], self._call_tool))
 
     # -- connections ------------------------------------------------------------------------
     def client_for(self, ctx: Context) -> ClientConnection:
@@ -185,8 +166,10 @@ class SubsessionsMcp:
         tools = [
             types.Tool(name=name, description=specs[name]["description"],
                        input_schema=specs[name]["parameters"])
-            for name in TOOL_NAMES[:-1]
+            for name in TOOL_NAMES[:4]
         ]
+        tools.append(types.Tool(name=run.NAME, description=run.DESCRIPTION,
+                                input_schema=run.schema(list(profiles))))
         tools.append(types.Tool(name="list_sessions", description=LIST_DESCRIPTION,
                                 input_schema=LIST_SCHEMA))
         return tools
@@ -210,10 +193,12 @@ class SubsessionsMcp:
                 check_arguments(name, LIST_SCHEMA, arguments)
                 entries = [_child_entry(info) for info in session.subsessions.children()]
                 return _text_result(orjson.dumps({"sessions": entries}).decode())
+            if name == run.NAME:
+                return await self._run_session(ctx, session, arguments)
             raw = orjson.dumps(arguments).decode()
             work = subsession_tools.call(session.subsessions, name, raw, f"mcp_{ctx.request_id}")
             try:
-                if name in ("wait_session", "wait_sessions") and _wants_progress(ctx):
+                if name in ("wait_session", "wait_sessions") and wants_progress(ctx):
                     ids = _awaited_ids(name, arguments)
                     text = await self._with_progress(ctx, session, ids, work)
                 else:
@@ -227,15 +212,31 @@ class SubsessionsMcp:
             return _text_result(f"internal error in {name}: {error_text(exc)}", error=True)
         return _text_result(text)
 
+    async def _run_session(
+        self, ctx: Context, session: Session, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        """Without a task: the child's answer when it ends, progress meanwhile."""
+        child_id = await run.start(session, arguments, f"mcp_{ctx.request_id}")
+        try:
+            work = run.outcome(session, child_id)
+            if wants_progress(ctx):
+                _, result = await self._with_progress(ctx, session, [child_id], work)
+            else:
+                _, result = await work
+        except asyncio.CancelledError:  # the client cancelled the call: the child ends too
+            with contextlib.suppress(SubsessionError):
+                await asyncio.shield(session.subsessions.cancel_child(child_id))
+            raise
+        return result
+
     async def _with_progress(
-        self, ctx: Context, session: Session, ids: list[str], work: Any
-    ) -> str:
+        self, ctx: Context, session: Session, ids: list[str], work: Awaitable[_T]
+    ) -> _T:
         reporter = asyncio.get_running_loop().create_task(
-            _report_progress(ctx, session, ids), name="subsessions-mcp-progress"
+            report_progress(ctx, session, ids), name="subsessions-mcp-progress"
         )
         try:
-            result: str = await work
-            return result
+            return await work
         finally:
             reporter.cancel()
 

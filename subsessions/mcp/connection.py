@@ -15,6 +15,7 @@ from subsessions.config import SessionConfig
 from subsessions.engine import Engine
 from subsessions.errors import EngineClosed, UnknownSession
 from subsessions.manager import Member
+from subsessions.mcp.task_store import TaskRegistry
 from subsessions.rollouts.files import check_id
 from subsessions.session import Session
 from subsessions.settings import Settings
@@ -31,6 +32,7 @@ class ClientConnection:
         self._session: Session | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        self.tasks = TaskRegistry()  # its MCP Tasks (run_session), known to it only
 
     def __repr__(self) -> str:
         sid = self._session.session_id if self._session else None
@@ -53,10 +55,11 @@ class ClientConnection:
             return self._session
 
     async def close(self) -> None:
-        """The client went away: abort its children and forget its session."""
+        """The client went away: end its tasks, abort its children, forget its session."""
         async with self._lock:  # a session being made now is made, then destroyed here
             self._closed = True
             session, self._session = self._session, None
+        await self.tasks.close()
         if session is None:
             return
         running = len(session.subsessions.running())
