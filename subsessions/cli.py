@@ -192,13 +192,17 @@ def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
         _run_session(home, settings, config, args.prompt, getattr(args, "profile", None), resume)
     ))
     if terminated:
-        return 128 + signal.SIGTERM
+        return 128 + terminated
     out.write(f"{answer or ''}\n")
     return 0
 
 
-async def _until_sigterm(work: Awaitable[T]) -> tuple[T | None, bool]:
-    """Await `work`; SIGTERM cancels it as Ctrl-C does. Returns (result, terminated).
+_STOPS = (signal.SIGTERM, signal.SIGHUP)  # kill(1)'s default, a closed terminal
+
+
+async def _until_sigterm(work: Awaitable[T]) -> tuple[T | None, int]:
+    """Await `work`; SIGTERM (or SIGHUP) cancels it as Ctrl-C does. Returns (result, the
+    signal that ended it or 0).
 
     Without this a SIGTERM kills the process at once: tool commands outside the sandbox
     (danger-full-access, an approved escalation) live on under init and no rollout ends.
@@ -208,23 +212,25 @@ async def _until_sigterm(work: Awaitable[T]) -> tuple[T | None, bool]:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
-    terminated = False
+    terminated = 0
 
-    def on_sigterm() -> None:
+    def on_signal(signum: int) -> None:
         nonlocal terminated
         if not terminated:
-            terminated = True
+            terminated = signum
             task.cancel()
 
-    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    for signum in _STOPS:
+        loop.add_signal_handler(signum, on_signal, signum)
     try:
-        return await work, False
+        return await work, 0
     except asyncio.CancelledError:
         if not terminated or task.uncancel() > 0:
             raise  # cancelled by someone else (Ctrl-C): theirs to handle
-        return None, True
+        return None, terminated
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        for signum in _STOPS:
+            loop.remove_signal_handler(signum)
 
 
 async def _ask_on_terminal(request: dict[str, object]) -> str:

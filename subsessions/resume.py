@@ -24,6 +24,7 @@ from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts import Rollout, find_rollout, list_rollouts, read_rollout
 from subsessions.rollouts.status import writer_claim
+from subsessions.rollouts.summary import instructions_of
 from subsessions.rollouts.values import optional_text, parse_stamp, text
 from subsessions.runtime import Runtime
 from subsessions.session import Session
@@ -59,7 +60,7 @@ def _config(rollout: Rollout, base: SessionConfig | None) -> SessionConfig:
     base = base or SessionConfig()
     model = meta.get("model")
     cwd = meta.get("cwd")
-    instructions = meta.get("instructions")
+    instructions = instructions_of(meta)
     return evolve(  # the caller's config, with what only the rollout knows filled in
         base,
         model=base.model or (model if isinstance(model, str) else None),

@@ -14,6 +14,7 @@ from attrs import evolve, field, frozen
 
 from subsessions.environment import EnvPolicy, env_policy_from_table
 from subsessions.errors import ConfigError, MissingApiKey
+from subsessions.safe_read import NotReadable, read_regular
 from subsessions.urls import is_loopback, url_problem
 
 WIRE_APIS = ("responses", "chat")
@@ -77,10 +78,12 @@ def load_settings(home: Path) -> Settings:
     """The settings in `home/config.toml`, or the defaults when there is no such file."""
     path = home / "config.toml"
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # a regular file only, never through a link, at most 1 MiB (the home may be shared)
+        text = read_regular(path, 1 << 20).decode("utf-8")
     except FileNotFoundError:
         return Settings()
+    except NotReadable as exc:
+        raise ConfigError(source, "-", str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(source, "-", f"cannot read: {exc}") from None
     try:

@@ -45,6 +45,7 @@ __all__ = [
     "first_prompt",
     "meet_then_end_in_reverse",
     "outputs",
+    "plain_ending",
     "prompt_of",
     "rollout_of",
     "spawn_held",
@@ -268,5 +269,18 @@ def events(rollout: Rollout) -> list[dict[str, Any]]:
     return [r["payload"] for r in rollout.records if r["type"] == "event_msg"]
 
 
+def plain_ending(event: dict[str, Any]) -> dict[str, Any]:
+    """A terminal record as a test states it: without its `turn_id`, and a cancel (Codex's
+    `interrupted` with our `cancelled_by`) as `{"type": "turn_aborted", "reason": "cancelled"}`.
+    """
+    event = {k: v for k, v in event.items() if k != "turn_id"}
+    if event.get("type") == "turn_aborted" and event.pop("cancelled_by", None) is not None:
+        event["reason"] = "cancelled"
+    return event
+
+
 def terminals(rollout: Rollout) -> list[dict[str, Any]]:
-    return [e for e in events(rollout) if e["type"] in TERMINAL]
+    """Each task's ending, plain (`plain_ending`); a failure is its `error` record (the
+    `task_complete` carrying the error that follows it is the same ending)."""
+    return [plain_ending(e) for e in events(rollout)
+            if e["type"] in TERMINAL and not (e["type"] == "task_complete" and "error" in e)]

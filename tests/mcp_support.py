@@ -17,6 +17,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp_types import CallToolResult, TextContent
 
 from subsessions.rollouts import find_rollout, read_rollout
+from subsessions.testing import plain_ending
 
 
 def prompt_of(request: Recorded) -> str:
@@ -134,7 +135,7 @@ def ending(home: Path, session_id: str) -> dict[str, Any]:
     """The last event of a session's rollout as it is on disk."""
     rollout = read_rollout(find_rollout(home, session_id))
     events = [r["payload"] for r in rollout.records if r.get("type") == "event_msg"]
-    return events[-1] if events else {}
+    return plain_ending(events[-1]) if events else {}
 
 
 async def eventually_ends(home: Path, session_id: str, kind: str, timeout: float = 5.0) -> None:

@@ -46,6 +46,7 @@ from subsessions import (
 from subsessions.children import WaitResult
 from subsessions.ids import new_session_id
 from subsessions.rollouts.reader import Rollout, find_rollout
+from subsessions.rollouts.summary import spawn_of
 from subsessions.usage import Usage
 
 __all__ = ["script", "watch"]  # the fixtures, imported so that pytest finds them here
@@ -220,7 +221,7 @@ async def test_run_children_are_ordinary_children(
     parent_notes = notes(rollout_of(home, parent.session_id))
     for cid, ending in zip(listed, ("completed", "cancelled"), strict=True):
         rollout = rollout_of(home, cid)
-        assert rollout.meta["source"]["subsession"]["parent_session_id"] == parent.session_id
+        assert spawn_of(rollout.meta)["parent"] == parent.session_id
         assert rollout.meta["session_type"] == "worker"
         assert len(terminals(rollout)) == 1
         assert parent_notes.count(f"child session {cid} {ending}") == 1

@@ -53,6 +53,7 @@ from subsessions import (
 )
 from subsessions.ids import is_session_id, new_session_id
 from subsessions.rollouts.reader import Rollout, find_rollout, read_rollout
+from subsessions.rollouts.summary import spawn_of
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -346,7 +347,7 @@ async def test_a_child_cancelled_before_it_ran_still_has_a_whole_rollout(
     rollout = rollout_of(home, cid)
     assert rollout.meta["id"] == cid
     assert rollout.meta["session_type"] == "worker"
-    assert rollout.meta["source"]["subsession"]["parent_session_id"] == parent.session_id
+    assert spawn_of(rollout.meta)["parent"] == parent.session_id
     assert terminals(rollout) == [{"type": "turn_aborted", "reason": "cancelled"}]
     assert rollout.status == "cancelled"
 

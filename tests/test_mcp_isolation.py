@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_support import Children, connect, create, error, http_server, ok
 
 from subsessions.rollouts import find_rollout, read_rollout
+from subsessions.rollouts.summary import spawn_of
 
 __all__ = ["fake_openai"]
 
@@ -56,8 +57,7 @@ async def over_stdio(
 
 
 def parent_of(home: Path, child: str) -> str:
-    parent: str = read_rollout(find_rollout(home, child)).meta["source"]["subsession"][
-        "parent_session_id"]
+    parent: str = spawn_of(read_rollout(find_rollout(home, child)).meta)["parent"]
     return parent
 
 

@@ -42,6 +42,7 @@ from subsessions.mcp.server import (
     parse_http_address,
 )
 from subsessions.rollouts import find_rollout, read_rollout
+from subsessions.rollouts.summary import spawn_of
 
 __all__ = ["fake_openai"]
 
@@ -119,9 +120,9 @@ async def test_create_then_wait(
     assert entry["turns"] == 1 and entry["model"] == "m"
     assert entry["rollout"] == f"rollout://{child}"
     rollout = read_rollout(find_rollout(home, child))
-    source = rollout.meta["source"]["subsession"]
-    assert source["session_type"] == "tester" and source["depth"] == 1
-    parent = read_rollout(find_rollout(home, source["parent_session_id"]))
+    spawn = spawn_of(rollout.meta)
+    assert rollout.meta["session_type"] == "tester" and spawn["depth"] == 1
+    parent = read_rollout(find_rollout(home, spawn["parent"]))
     assert parent.meta["source"] == "mcp"
     assert ending(home, child) == {"type": "task_complete",
                                    "last_agent_message": "answer to write tests"}
@@ -302,8 +303,7 @@ async def test_disconnecting_aborts_the_connections_children(
         second = await create(session, "two")
         await children.arrival("one").wait()
         await children.arrival("two").wait()
-        parent_id = read_rollout(find_rollout(home, first)).meta["source"]["subsession"][
-            "parent_session_id"]
+        parent_id = spawn_of(read_rollout(find_rollout(home, first)).meta)["parent"]
         pid = read_rollout(find_rollout(home, parent_id)).meta["pid"]
         started = time.monotonic()
     # the client closed the server's stdin and waited for it to exit
@@ -328,8 +328,7 @@ async def test_sigterm_closes_the_engine_first(
     async with connect(home, fake_openai, tmp_path, errlog) as session:
         child = await create(session, "interrupted")
         await children.arrival("interrupted").wait()
-        parent_id = read_rollout(find_rollout(home, child)).meta["source"]["subsession"][
-            "parent_session_id"]
+        parent_id = spawn_of(read_rollout(find_rollout(home, child)).meta)["parent"]
         pid = read_rollout(find_rollout(home, parent_id)).meta["pid"]
         os.kill(pid, signal.SIGTERM)  # stdin stays open: the signal alone ends the server
         await eventually_ends(home, child, "turn_aborted")

@@ -26,6 +26,7 @@ from mcp_support import create, ending, eventually_ends, server_args
 from openai_support import REPO, tool_outputs
 
 from subsessions.rollouts import find_rollout, read_rollout
+from subsessions.rollouts.summary import spawn_of
 
 __all__ = ["fake_openai"]
 
@@ -97,8 +98,7 @@ async def test_sigterm_stops_tool_processes_and_exits_143(
         child = await create(session, "hang in a tool")
         async with asyncio.timeout(30):
             await hanging.wait()
-        parent_id = read_rollout(find_rollout(home, child)).meta["source"]["subsession"][
-            "parent_session_id"]
+        parent_id = spawn_of(read_rollout(find_rollout(home, child)).meta)["parent"]
         server_pid = read_rollout(find_rollout(home, parent_id)).meta["pid"]
         [tools] = tool_pid
         assert alive(tools)

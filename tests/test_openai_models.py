@@ -47,6 +47,8 @@ from subsessions.models.base import ModelRequest
 from subsessions.models.openai_chat import OpenAIChatModel
 from subsessions.models.openai_common import RetryPolicy
 from subsessions.models.openai_responses import OpenAIResponsesModel
+from subsessions.rollouts.summary import spawn_of
+from subsessions.testing import plain_ending
 
 __all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
 
@@ -159,7 +161,7 @@ def items(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def last_event(records: list[dict[str, Any]]) -> dict[str, Any]:
-    return events(records)[-1]
+    return plain_ending(events(records)[-1])
 
 
 async def flushed(engine: Engine, *sessions: Session) -> None:
@@ -283,9 +285,8 @@ async def test_parent_creates_and_waits_for_a_child_that_answers(
     assert parent.subsessions.status(child_id) == ChildStatus.DONE
     found = rollouts(home)
     child = found[child_id]
-    source = child[0]["payload"]["source"]["subsession"]
-    assert source["parent_session_id"] == parent.session_id
-    assert source["session_type"] == "worker"
+    assert spawn_of(child[0]["payload"])["parent"] == parent.session_id
+    assert child[0]["payload"]["session_type"] == "worker"
     assert child[0]["payload"]["model"] == "m"
     assert last_event(child) == {
         "type": "task_complete",

@@ -6,6 +6,7 @@ a missing API key for a non-loopback URL must say which variable to set.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -427,3 +428,21 @@ async def test_a_configured_provider_answers(
     assert request.body["model"] == "local-model"
     assert request.headers["authorization"].startswith("Bearer ")
 
+
+
+@pytest.mark.parametrize("plant", ["fifo", "zero", "link"])
+def test_a_planted_config_file_is_one_clear_line(tmp_path: Path, plant: str) -> None:
+    """A home's config.toml that is a FIFO, a link to /dev/zero or any symlink is refused at
+    once (no hang, no exhausted memory), as profiles are."""
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / "config.toml"
+    if plant == "fifo":
+        os.mkfifo(path)
+    elif plant == "zero":
+        path.symlink_to("/dev/zero")
+    else:
+        (tmp_path / "real.toml").write_text('model = "m"\n')
+        path.symlink_to(tmp_path / "real.toml")
+    with pytest.raises(ConfigError, match=r"cannot read: (not a regular file|a symbolic link)"):
+        load_settings(home)

@@ -152,10 +152,10 @@ def _signal_handler(
 
 @contextlib.contextmanager
 def _stop_signals(on_signal: Callable[[int], None]) -> Iterator[None]:
-    """SIGINT and SIGTERM call `on_signal(signum)` instead of killing or interrupting."""
+    """SIGINT, SIGTERM and SIGHUP call `on_signal(signum)` instead of killing or interrupting."""
     loop = asyncio.get_running_loop()
     with contextlib.ExitStack() as stack:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             stack.enter_context(_signal_handler(loop, signum, partial(on_signal, signum)))
         yield
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from subsessions.rollouts import Rollout
+from subsessions.rollouts.summary import instructions_of, spawn_of
 from subsessions.rollouts.values import parts_text, text
 
 _MAX_FIELD = 4000  # a tool output this long is cut in the transcript (the rollout keeps it)
@@ -21,12 +22,11 @@ def _cut(value: str) -> str:
 
 
 def _source(meta: dict[str, Any]) -> str:
-    source = meta.get("source")
-    if isinstance(source, dict) and isinstance(source.get("subsession"), dict):
-        sub = source["subsession"]
-        return (f"sub-session of {sub.get('parent_session_id')} (depth {sub.get('depth')}, "
-                f"call {sub.get('call_id')})")
-    return str(source)
+    spawn = spawn_of(meta)
+    if spawn is not None:
+        return (f"sub-session of {spawn['parent']} (depth {spawn['depth']}, "
+                f"call {spawn['call_id']})")
+    return str(meta.get("source"))
 
 
 def _item_lines(payload: dict[str, Any]) -> list[str]:
@@ -75,8 +75,9 @@ def render_transcript(rollout: Rollout) -> str:
     errors = rollout.events("error") if rollout.status == "failed" else []
     if errors:
         lines.append(f"error: {_cut(text(errors[-1].get('message')))}")
-    if meta.get("instructions"):
-        lines += ["instructions:", _cut(str(meta["instructions"]))]
+    instructions = instructions_of(meta)
+    if instructions:
+        lines += ["instructions:", _cut(instructions)]
     lines.append("")
     for record in rollout.records:
         payload = record.get("payload")

@@ -6,10 +6,7 @@ Layers, later wins by name: the built-ins shipped in this package, then
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import stat
 import tomllib
 from collections.abc import Iterable, Mapping
 from importlib import resources
@@ -19,6 +16,7 @@ from typing import Any
 from attrs import field, frozen
 
 from subsessions.errors import ProfileError, UnknownSessionType
+from subsessions.safe_read import NotReadable, read_regular
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _MAX_PROFILE_BYTES = 1 << 20
@@ -147,25 +145,13 @@ def load_profile_dir(folder: Path) -> dict[str, LoadedProfile]:
 
 
 def _read_profile_file(path: Path) -> str:
-    """A profile file's text: a regular file, not followed through a symlink, at most 1 MiB.
-
-    A project's profiles come from whoever wrote the project: a link to `/dev/zero`
-    or a FIFO must be one error, not an exhausted memory or a hang.
-    """
+    """A profile file's text: a project's profiles come from whoever wrote the project, so a
+    link to `/dev/zero` or a FIFO must be one error, not an exhausted memory or a hang."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        problem = "a symbolic link, not a file" if exc.errno == errno.ELOOP else exc.strerror
-        raise ProfileError(str(path), f"cannot read: {problem or exc}") from None
-    with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ProfileError(str(path), "cannot read: not a regular file")
-        try:
-            data = f.read(_MAX_PROFILE_BYTES + 1)
-        except OSError as exc:
-            raise ProfileError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    if len(data) > _MAX_PROFILE_BYTES:
-        raise ProfileError(str(path), "cannot read: larger than 1 MiB")
+        data = read_regular(path, _MAX_PROFILE_BYTES)
+    except (OSError, NotReadable) as exc:
+        raise ProfileError(str(path), str(exc) if isinstance(exc, NotReadable)
+                           else f"cannot read: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -27,8 +27,14 @@ from subsessions.rollouts.render import (
     wants_colour,
 )
 from subsessions.rollouts.status import STATUSES
-from subsessions.rollouts.summary import RolloutSummary, as_record, summarise
-from subsessions.rollouts.values import local_time, text
+from subsessions.rollouts.summary import (
+    RolloutSummary,
+    as_record,
+    instructions_of,
+    spawn_of,
+    summarise,
+)
+from subsessions.rollouts.values import local_time
 
 _AGE = re.compile(r"(\d+)([smhd])")
 _SHOWN = 200  # characters of the instructions' first line that `show` prints
@@ -219,12 +225,13 @@ def _show(rollout: Rollout, out: TextIO, style: Style) -> None:
     out.write(f"  status   {style.status(rollout.status)}  "
               f"({seconds_text(rollout.duration)}, {tokens} tokens)\n")
     out.write(f"  started  {local_time(meta.get('timestamp'))}  source {rollout.source_kind}\n")
-    if rollout.parent_id:
-        depth = meta["source"]["subsession"].get("depth", "?")
+    spawn = spawn_of(meta)
+    if rollout.parent_id and spawn is not None:
+        depth = spawn["depth"] if spawn["depth"] is not None else "?"
         out.write(f"  parent   {rollout.parent_id}  (depth {depth})\n")
     out.write(f"  model    {meta.get('model')} ({meta.get('model_provider')})\n")
     out.write(f"  cwd      {meta.get('cwd')}\n  file     {rollout.path}\n")
-    instructions = text(meta.get("instructions")).strip()
+    instructions = instructions_of(meta).strip()
     if instructions:
         first, _, rest = instructions.partition("\n")
         more = " ..." if rest or len(first) > _SHOWN else ""

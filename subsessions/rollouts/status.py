@@ -35,6 +35,7 @@ def status_of(last_task_event: dict[str, Any] | None, meta: dict[str, Any]) -> s
     """
     if last_task_event is None:
         return "idle"
+    last_task_event = outcome(last_task_event)
     kind = last_task_event.get("type")
     if kind == "task_complete":
         return "completed"
@@ -45,6 +46,22 @@ def status_of(last_task_event: dict[str, Any] | None, meta: dict[str, Any]) -> s
         return "interrupted" if last_task_event.get("reason") == "interrupted" else "cancelled"
     claim = last_task_event.get("writer")
     return "running" if writer_alive(claim if isinstance(claim, dict) else meta) else "interrupted"
+
+
+def outcome(event: dict[str, Any]) -> dict[str, Any]:
+    """A terminal event in its plain form: Codex's failed `task_complete` (with `error`) and
+    `turn_aborted(budget_limited)` are failures; an abort with our `cancelled_by` (or ours
+    before Codex's reasons, `cancelled`) is a cancel; Codex's own `interrupted` stays one."""
+    kind = event.get("type")
+    if kind == "task_complete" and event.get("error") is not None:
+        return {**event, "type": "error"}
+    if kind == "turn_aborted":
+        reason = event.get("reason")
+        if reason == "budget_limited":
+            return {**event, "type": "error"}
+        if event.get("cancelled_by") is not None or reason == "cancelled":
+            return {**event, "reason": "cancelled"}
+    return event
 
 
 def writer_claim(turn_context: dict[str, Any]) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ import orjson
 from attrs import field, frozen
 
 from subsessions.errors import RolloutError
-from subsessions.rollouts.status import TASK_EVENTS, status_of, writer_claim
+from subsessions.rollouts.status import TASK_EVENTS, outcome, status_of, writer_claim
 from subsessions.rollouts.values import optional_stamp, optional_text, parse_stamp, text
 
 RECORD_TYPES = ("session_meta", "turn_context", "response_item", "event_msg")
@@ -25,19 +25,48 @@ NOT_OURS = "not a subsessions rollout (no session_meta first line)"
 _CHUNK = 8192
 
 
-def parent_of(meta: dict[str, Any]) -> str | None:
+def spawn_of(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """A child's spawn: `parent` and `depth` (and `call_id` where known), from Codex's
+    sub-agent `source` (`subagent.thread_spawn`, ours and Codex's own) or from ours before
+    it (`subsession.parent_session_id`); None for a top-level session."""
     source = meta.get("source")
-    if isinstance(source, dict) and isinstance(source.get("subsession"), dict):
-        return optional_text(source["subsession"].get("parent_session_id"))
+    if not isinstance(source, dict):
+        return None
+    agent = source.get("subagent")
+    spawn = agent.get("thread_spawn") if isinstance(agent, dict) else None
+    if isinstance(spawn, dict):
+        ours = meta.get("subsession")
+        return {"parent": optional_text(spawn.get("parent_thread_id")),
+                "depth": spawn.get("depth"),
+                "call_id": ours.get("call_id") if isinstance(ours, dict) else None}
+    old = source.get("subsession")
+    if isinstance(old, dict):
+        return {"parent": optional_text(old.get("parent_session_id")), "depth": old.get("depth"),
+                "call_id": old.get("call_id")}
     return None
 
 
+def parent_of(meta: dict[str, Any]) -> str | None:
+    spawn = spawn_of(meta)
+    return spawn["parent"] if spawn is not None else None
+
+
 def source_kind_of(meta: dict[str, Any]) -> str:
-    """`cli`, `exec`, `mcp` or `subsession` (the object form of `source`)."""
+    """`cli`, `exec`, `mcp` or `subsession` (a sub-agent's `source`, in any of its shapes)."""
     source = meta.get("source")
     if isinstance(source, dict):
-        return str(next(iter(source), "unknown"))
+        kind = str(next(iter(source), "unknown"))
+        return "subsession" if kind == "subagent" else kind
     return text(source) or "unknown"
+
+
+def instructions_of(meta: dict[str, Any]) -> str:
+    """`base_instructions.text` (Codex's field), or `instructions` (ours before it)."""
+    base = meta.get("base_instructions")
+    if isinstance(base, dict) and isinstance(base.get("text"), str):
+        return str(base["text"])
+    old = meta.get("instructions")
+    return old if isinstance(old, str) else ""
 
 
 class MetaView:
@@ -200,6 +229,7 @@ def _trimmed(event: dict[str, Any] | None) -> dict[str, Any] | None:
     """What status derivation needs of a task event, without its (possibly long) message."""
     if event is None:
         return None
+    event = outcome(event)
     return {k: event[k] for k in ("type", "reason", "writer") if k in event}
 
 

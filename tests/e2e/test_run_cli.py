@@ -19,6 +19,9 @@ import pytest
 from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, error, fake_openai, text
 from openai_support import TIMEOUT, UNSET, cli_env, rollouts, run, start, tool_outputs
 
+from subsessions.rollouts.summary import spawn_of
+from subsessions.testing import plain_ending
+
 __all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
 
 WORKER_INSTRUCTIONS = "You are a worker sub-session."
@@ -41,7 +44,7 @@ def run_args(home: Path, base_url: str, prompt: str, *extra: str) -> list[str]:
 
 
 def last_event(records: list[dict[str, Any]]) -> dict[str, Any]:
-    return [r["payload"] for r in records if r["type"] == "event_msg"][-1]
+    return plain_ending([r["payload"] for r in records if r["type"] == "event_msg"][-1])
 
 
 def is_worker(request: Recorded) -> bool:
@@ -96,10 +99,10 @@ async def test_run_delegates_to_a_child_and_prints_the_final_message(
     [parent] = [r for r in found.values() if r[0]["payload"]["source"] == "cli"]
     [child] = [r for r in found.values() if r is not parent]
     parent_id = parent[0]["payload"]["id"]
-    source = child[0]["payload"]["source"]["subsession"]
-    assert source["parent_session_id"] == parent_id
-    assert source["depth"] == 1
-    assert source["session_type"] == "worker"
+    spawn = spawn_of(child[0]["payload"])
+    assert spawn["parent"] == parent_id
+    assert spawn["depth"] == 1
+    assert child[0]["payload"]["session_type"] == "worker"
     assert child[0]["payload"]["model"] == "m"
     assert last_event(child) == {
         "type": "task_complete",
@@ -316,10 +319,12 @@ async def pid_in(path: Path) -> int:
     return pid
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["TERM", "HUP"])
 async def test_sigterm_kills_the_tool_processes_writes_the_endings_and_exits_143(
-    fake_openai: FakeOpenAI, tmp_path: Path
+    fake_openai: FakeOpenAI, tmp_path: Path, stop: signal.Signals
 ) -> None:
-    """An unsandboxed command (danger-full-access) must not outlive a SIGTERMed run."""
+    """An unsandboxed command (danger-full-access) must not outlive a run ended by SIGTERM
+    or SIGHUP (its terminal closed): 128 + the signal, like a shell's exit status."""
     pidfile = tmp_path / "sleep.pid"
     script_text = f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && exec sleep 600"
     parent_waiting = asyncio.Event()
@@ -348,7 +353,7 @@ async def test_sigterm_kills_the_tool_processes_writes_the_endings_and_exits_143
         async with asyncio.timeout(TIMEOUT):
             await parent_waiting.wait()
         assert alive(sleeper)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(stop)
         _, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
     finally:
         if proc.returncode is None:
@@ -358,7 +363,7 @@ async def test_sigterm_kills_the_tool_processes_writes_the_endings_and_exits_143
             os.kill(sleeper, signal.SIGKILL)
             pytest.fail(f"the tool's sleep (pid {sleeper}) outlived `subsessions run`")
 
-    assert proc.returncode == 128 + signal.SIGTERM, err.decode()
+    assert proc.returncode == 128 + stop, err.decode()
     assert "Traceback" not in err.decode()
     found = rollouts(home)
     assert len(found) == 2
