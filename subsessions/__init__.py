@@ -35,6 +35,7 @@ from subsessions.errors import (
     ModelUnavailable,
     PermissionDenied,
     ProfileError,
+    RemoteError,
     RolloutError,
     SessionBusy,
     SubsessionError,
@@ -42,11 +43,13 @@ from subsessions.errors import (
     UnknownSession,
     UnknownSessionType,
     UnsafeHome,
+    WorkerLost,
 )
 from subsessions.events import EventStream, SessionEvent
 from subsessions.manager import SubsessionManager
 from subsessions.models import ModelClient, ModelRequest, ModelResponse, ScriptedModel, TokenUsage
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
+from subsessions.ray import RayBackend
 from subsessions.session import Session
 from subsessions.tools import ToolContext
 from subsessions.tools.errors import (
@@ -104,6 +107,8 @@ __all__ = [
     "PermissionDenied",
     "Profile",
     "ProfileError",
+    "RayBackend",
+    "RemoteError",
     "RolloutError",
     "RunResult",
     "RunStep",
@@ -125,6 +130,7 @@ __all__ = [
     "UnsafeHome",
     "Usage",
     "WaitResult",
+    "WorkerLost",
     "WriteNotAllowed",
     "__version__",
     "load_profiles",

@@ -32,7 +32,7 @@ from subsessions.profiles import (
     resolve_profile,
 )
 from subsessions.rollouts.files import secure_home
-from subsessions.runtime import Runtime
+from subsessions.runtime import Backend, Runtime
 from subsessions.session import Session
 
 # The top-level sessions open in any engine of this process, so none is resumed twice.
@@ -63,6 +63,7 @@ class Engine:
         project_dir: Path | str | None = None,
         mcp_servers: Mapping[str, Any] | None = None,
         mcp_source: str = "config.toml",
+        backend: Backend | None = None,
     ) -> None:
         home_path = Path(home) if home is not None else default_home()
         if "\0" in str(home_path):
@@ -83,6 +84,7 @@ class Engine:
                       else load_profiles(home_path, project_dir or cwd)),
             dispatcher=self._dispatcher,
             registered=self._sessions.__contains__,
+            backend=backend,
         )
         self._mcp_sources: list[Any] = []  # McpServers, started lazily, stopped at close
         if mcp_servers:
@@ -300,6 +302,8 @@ class Engine:
         await self._end_hooks(sessions)
         await self._runtime.drain()
         try:
+            if self._runtime.backend is not None:  # every task has ended: its workers go
+                await self._runtime.backend.aclose()
             await self._runtime.stop_flusher()
             flushed = [s.recorder.flush_durable() for s in sessions]
             if flushed:

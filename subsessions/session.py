@@ -265,7 +265,7 @@ class Session:
         self.write_meta()
         self._phase = Phase.RUNNING
         try:
-            return await task.run(self, prompt, first)
+            return await (self.runtime.backend or task.IN_PROCESS).run_task(self, prompt, first)
         finally:
             if self._phase is Phase.RUNNING:
                 self._phase = Phase.IDLE

@@ -8,6 +8,7 @@ every path. The session keeps identity and state; this module is what a task doe
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 import orjson
@@ -47,6 +48,19 @@ class TaskHost(RouterHost, Protocol):
     def cancel_requested(self) -> bool: ...  # a cancel that came before the first step
 
     def task_ended(self) -> None: ...  # its terminal record is written
+
+
+class InProcess:
+    """The default backend: a session's task runs here, in this event loop."""
+
+    def run_task(self, host: TaskHost, prompt: str, first: bool) -> Awaitable[str | None]:
+        return run(host, prompt, first)
+
+    async def aclose(self) -> None:
+        return None
+
+
+IN_PROCESS = InProcess()
 
 
 async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
