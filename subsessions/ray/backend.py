@@ -113,10 +113,11 @@ class RayBackend:
     async def _run_remote(self, child: Session, prompt: str) -> str | None:
         try:
             pool = await self._started(child.runtime)
-            spec = _spec(child, prompt)
             # Its session_meta (written here) is in the file before the shard appends to it.
             await child.recorder.flush_durable()
             shard = await pool.place()
+            assert child.parent is not None
+            spec = _spec(child, prompt, pool.answerer.elsewhere(shard, child.parent))
             outcome = await self._run_on(shard, spec, child)
         finally:
             child.task_ended()
@@ -208,7 +209,7 @@ class RayBackend:
             await asyncio.to_thread(import_ray().shutdown)
 
 
-def _spec(child: Session, prompt: str) -> ChildSpec:
+def _spec(child: Session, prompt: str, elsewhere: int) -> ChildSpec:
     parent = child.parent
     assert parent is not None
     root = parent.config
@@ -234,7 +235,7 @@ def _spec(child: Session, prompt: str) -> ChildSpec:
             hooks=tuple(n for n in host.HOOK_NAMES if getattr(hooks, n, None) is not None),
             permission_handler=root.permission_handler is not None,
             user_input_handler=root.user_input_handler is not None,
-            notify_on_child_end=root.notify_on_child_end,
+            notify_on_child_end=root.notify_on_child_end, running=elsewhere,
         ),
         relay_events=listening(child.events),
         cancel_first=child.cancel_requested,

@@ -21,7 +21,7 @@ from subsessions.config import Invocation
 from subsessions.dispatch import call_maybe_async
 from subsessions.errors import UnknownSession, error_text
 from subsessions.events import EventHub, SessionEvent, emit
-from subsessions.ray.wire import Cancel, Event, Request
+from subsessions.ray.wire import Cancel, Event, Request, Room
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 
@@ -42,10 +42,18 @@ class Answerer:
     runtime: Runtime
     hosts: dict[str, Session]  # the remote children running, by id (the backend's)
     _calls: dict[tuple[int, int], asyncio.Task[None]] = field(factory=dict)
+    # descendants running on a shard, by (shard, root): counted in the root's tree
+    _rooms: dict[tuple[int, str], int] = field(factory=dict)
 
-    def receive(self, shard: Replier, message: Request | Event | Cancel) -> None:
+    def elsewhere(self, shard: Replier, root: Session) -> int:
+        """The root's running children that are not counted on `shard` already."""
+        return root.tree.running - self._rooms.get((shard.index, root.session_id), 0)
+
+    def receive(self, shard: Replier, message: Request | Event | Cancel | Room) -> None:
         if isinstance(message, Event):
             self._forward(message)
+        elif isinstance(message, Room):
+            self._room(shard.index, message.root_id, message.delta)
         elif isinstance(message, Request):
             key = (shard.index, message.request_id)
             call = asyncio.get_running_loop().create_task(
@@ -58,10 +66,29 @@ class Answerer:
                 pending.cancel()
 
     def forget(self, shard: Replier) -> None:
-        """A lost shard's requests: nobody is left to take their answers."""
+        """A lost shard's requests (nobody is left to take their answers) and its
+        descendants' places in their trees."""
         for (index, _), call in list(self._calls.items()):
             if index == shard.index:
                 call.cancel()
+        for (index, root_id), count in list(self._rooms.items()):
+            if index == shard.index:
+                self._room(index, root_id, -count)
+
+    def _room(self, index: int, root_id: str, delta: int) -> None:
+        key = (index, root_id)
+        self._rooms[key] = self._rooms.get(key, 0) + delta
+        if not self._rooms[key]:
+            del self._rooms[key]
+        try:
+            root, _ = self.runtime.dispatcher.resolve_session(root_id)
+        except UnknownSession:
+            return  # destroyed or closed: its tree is gone
+        for _ in range(abs(delta)):
+            if delta > 0:
+                root.tree.child_started()
+            else:
+                root.tree.child_ended()
 
     async def aclose(self) -> None:
         calls = list(self._calls.values())

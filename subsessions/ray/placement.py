@@ -111,11 +111,13 @@ class Shards:
 
     async def _pump(self, shard: ShardRef) -> None:
         """Bring the shard's messages to the answerer until the shard goes."""
+        handled = 0
         try:
             while True:
-                batch = await shard.actor.pull.remote()
+                batch = await shard.actor.pull.remote(handled)
                 for message in batch:
                     self.answerer.receive(shard, message)
+                handled += len(batch)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the actor or its node died (or was killed at close)

@@ -20,18 +20,34 @@ from attrs import define, evolve, field
 
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.dispatch import Dispatcher
-from subsessions.errors import RemoteError, RolloutError, error_text
+from subsessions.errors import (
+    ChildLimitReached,
+    DepthLimitReached,
+    RemoteError,
+    RolloutError,
+    error_text,
+)
 from subsessions.events import SessionEvent
 from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import LoadedProfile
-from subsessions.ray.wire import Cancel, ChildSpec, Event, Outcome, Request, RootSpec, ToolSpec
+from subsessions.ray.wire import (
+    Cancel,
+    ChildSpec,
+    Event,
+    Outcome,
+    Request,
+    Room,
+    RootSpec,
+    ToolSpec,
+)
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 from subsessions.settings import Settings
 from subsessions.tools import builtin_tools
+from subsessions.tree import SessionTree
 
-Message = Request | Event | Cancel
+Message = Request | Event | Cancel | Room
 LIFECYCLE = ("subagent.started", "subagent.completed", "subagent.failed")  # the driver's own
 
 
@@ -42,6 +58,24 @@ class Channel:
     outbox: asyncio.Queue[Message] = field(factory=asyncio.Queue)
     _waiting: dict[int, asyncio.Future[tuple[bool, Any]]] = field(factory=dict)
     _ids: itertools.count[int] = field(factory=lambda: itertools.count(1))
+    sent: int = 0  # messages put in the outbox
+    _handled: int = 0  # of them, how many the driver has handled (it says so when it pulls)
+    _caught_up: asyncio.Event = field(factory=asyncio.Event)
+
+    def send(self, message: Message) -> None:
+        self.sent += 1
+        self.outbox.put_nowait(message)
+
+    def handled(self, count: int) -> None:
+        self._handled = max(self._handled, count)
+        self._caught_up.set()
+
+    async def delivered(self, count: int) -> None:
+        """Until the driver has handled the first `count` messages: what a child sent
+        before its ending (a cancel of a handler, an event) is seen before the ending."""
+        while self._handled < count:
+            self._caught_up.clear()
+            await self._caught_up.wait()
 
     async def ask(self, root_id: str, kind: str, name: str, *args: Any,
                   child_id: str = "") -> Any:
@@ -49,11 +83,11 @@ class Channel:
         a cancelled caller cancels the handler there too."""
         request_id = next(self._ids)
         future = self._waiting[request_id] = asyncio.get_running_loop().create_future()
-        self.outbox.put_nowait(Request(request_id, root_id, child_id, kind, name, args))
+        self.send(Request(request_id, root_id, child_id, kind, name, args))
         try:
             ok, value = await future
         except asyncio.CancelledError:
-            self.outbox.put_nowait(Cancel(request_id))
+            self.send(Cancel(request_id))
             raise
         finally:
             self._waiting.pop(request_id, None)
@@ -65,6 +99,30 @@ class Channel:
         future = self._waiting.get(request_id)
         if future is not None and not future.done():
             future.set_result((ok, value))
+
+
+@define(eq=False)
+class ShardTree(SessionTree):
+    """A tree's share on this shard: its limits count the children running elsewhere (as of
+    the last spawn from the driver) and report the ones started here to the driver."""
+
+    channel: Channel = field(kw_only=True)
+    root_id: str = field(kw_only=True)
+    elsewhere: int = field(default=0, kw_only=True)
+
+    def check_room(self, parent_depth: int) -> None:
+        if parent_depth >= self.max_depth:
+            raise DepthLimitReached(self.max_depth)
+        if self.elsewhere + self.running >= self.max_children:
+            raise ChildLimitReached(self.max_children)
+
+    def child_started(self) -> None:
+        super().child_started()
+        self.channel.send(Room(self.root_id, 1))
+
+    def child_ended(self) -> None:
+        super().child_ended()
+        self.channel.send(Room(self.root_id, -1))
 
 
 @define(eq=False)
@@ -124,8 +182,10 @@ class Shard:
 
         return ray.get_runtime_context().get_node_id(), os.getpid()
 
-    async def pull(self) -> list[Message]:
-        """The next messages for the driver: waits for one, returns all that are queued."""
+    async def pull(self, handled: int) -> list[Message]:
+        """The next messages for the driver (which has handled `handled` of them so far):
+        waits for one, returns all that are queued."""
+        self._channel.handled(handled)
         outbox = self._channel.outbox
         batch = [await outbox.get()]
         while not outbox.empty():
@@ -170,6 +230,7 @@ class Shard:
         except RolloutError as exc:
             if state == "done":  # the result never reached the disk
                 state, result, error = "failed", None, str(exc)
+        await self._channel.delivered(self._channel.sent)
         child.events.close()
         self._release(spec.root.session_id)
         usage = child.usage()
@@ -189,6 +250,8 @@ class Shard:
         known = self._roots.get(root.session_id)
         if known is not None:
             self._roots[root.session_id] = (known[0], known[1] + 1)
+            assert isinstance(known[0].tree, ShardTree)
+            known[0].tree.elsewhere = root.running
             return known[0]
         ask = self._channel.ask
         hooks = Hooks(**{name: partial(ask, root.session_id, "hook", name)
@@ -204,6 +267,8 @@ class Shard:
         )
         # It writes nothing (the driver's session has the rollout): it never runs a task.
         stand_in = Session(self._runtime, config, resumed=(root.session_id, os.devnull))
+        stand_in.tree = ShardTree(config, self._runtime.profiles, channel=self._channel,
+                                  root_id=root.session_id, elsewhere=root.running)
         if relay:
             stand_in.on(partial(self._relay_own, root.session_id))
         self._runtime.dispatcher.register(stand_in)
@@ -238,8 +303,7 @@ class Shard:
                     tool.requires_permission)
 
     def _relay(self, root_id: str, child_id: str, event: SessionEvent) -> None:
-        self._channel.outbox.put_nowait(
-            Event(root_id, child_id, event.session_id, event.type, event.data))
+        self._channel.send(Event(root_id, child_id, event.session_id, event.type, event.data))
 
     def _relay_own(self, root_id: str, event: SessionEvent) -> None:
         """The stand-in's own events (permission requests): the others come from children."""

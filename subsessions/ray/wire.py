@@ -39,6 +39,7 @@ class RootSpec:
     permission_handler: bool
     user_input_handler: bool
     notify_on_child_end: bool
+    running: int  # children running in the tree but not on this shard, at the spawn
 
 
 @frozen
@@ -81,6 +82,14 @@ class Event:
     session_id: str  # the session it happened in
     type: str
     data: dict[str, Any]
+
+
+@frozen
+class Room:
+    """A descendant started (+1) or ended (-1) on a shard: the tree's count is the driver's."""
+
+    root_id: str
+    delta: int
 
 
 @frozen
