@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ray_support import loopback_only
+
+loopback_only()  # before any test imports Ray: it reads the switch once
 
 
 @pytest.fixture
@@ -35,9 +38,8 @@ BACKENDS = ["in_process", "ray"]
 def ray_cluster() -> Iterator[Any]:
     """A head and two worker nodes on this machine (1 CPU each), every process on
     127.0.0.1; worker nodes carry the `shard` resource, so shards land on them only."""
-    from ray_support import loopback_only, start_cluster
+    from ray_support import start_cluster
 
-    loopback_only()  # before Ray is imported: it reads the switch once
     ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
 
     cluster = start_cluster(ray)

@@ -37,5 +37,7 @@ def start_cluster(ray: Any, workers: int = 2) -> Any:
     return cluster
 
 
-def add_worker(cluster: Any) -> Any:
-    return cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK, resources={"shard": 1})
+def add_worker(cluster: Any, resources: dict[str, float] | None = None) -> Any:
+    """A worker node (1 CPU) with the `shard` resource, and `resources`."""
+    return cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK,
+                            resources={"shard": 1, **(resources or {})})

@@ -129,26 +129,31 @@ class Shards:
         """Let each live shard write its last lines, then stop the pumps and the actors."""
         ray = import_ray()
 
-        live = [s for s in self.shards if s.alive]
-        if live:
-            closing = [asyncio.ensure_future(s.actor.close.remote()) for s in live]
-            _, late = await asyncio.wait(closing, timeout=seconds)
-            for future in closing:
-                if future in late:
-                    future.cancel()
-                else:
-                    future.exception()  # retrieved: a shard that died meanwhile is fine
-            if late:
-                await asyncio.wait(late)
-        pumps = [s.pump for s in self.shards if s.pump is not None]
-        for pump in pumps:
-            pump.cancel()
-        if pumps:
-            await asyncio.wait(pumps)
-        await self.answerer.aclose()
-        for shard in self.shards:
-            with contextlib.suppress(Exception):
-                ray.kill(shard.actor, no_restart=True)
+        try:
+            await self._close_shards(seconds)
+        finally:
+            pumps = [s.pump for s in self.shards if s.pump is not None]
+            for pump in pumps:
+                pump.cancel()
+            if pumps:
+                await asyncio.wait(pumps)
+            await self.answerer.aclose()
+            for shard in self.shards:
+                with contextlib.suppress(Exception):
+                    ray.kill(shard.actor, no_restart=True)
+
+    async def _close_shards(self, seconds: float) -> None:
+        closing = [asyncio.ensure_future(s.actor.close.remote()) for s in self.live]
+        if not closing:
+            return
+        _, late = await asyncio.wait(closing, timeout=seconds)
+        for future in late:
+            future.cancel()
+        if late:
+            await asyncio.wait(late)
+        for future in closing:
+            if not future.cancelled():
+                future.exception()  # retrieved: a shard that died meanwhile is fine
 
 
 def import_ray() -> Any:
