@@ -38,6 +38,6 @@ def start_cluster(ray: Any, workers: int = 2) -> Any:
 
 
 def add_worker(cluster: Any, resources: dict[str, float] | None = None) -> Any:
-    """A worker node (1 CPU) with the `shard` resource, and `resources`."""
+    """A worker node (1 CPU) with `resources` (by default the `shard` one)."""
     return cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK,
-                            resources={"shard": 1, **(resources or {})})
+                            resources=resources or {"shard": 1})

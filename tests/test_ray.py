@@ -301,3 +301,14 @@ async def test_asyncio_tasks_of_the_backend_are_gone_after_close(
         await parent.subsessions.wait_child(await parent.subsessions.spawn_child("worker", "y"))
     left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
     assert left == []
+
+
+def test_the_ray_flag_without_the_extra_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None\n")
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin", "SUBSESSIONS_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "subsessions", "run", "--ray", "auto",
+                          "--base-url", "http://127.0.0.1:9/v1", "hello"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines() == [
+        "subsessions: --ray: ray: the Ray backend needs Ray: pip install 'subsessions[ray]'"]

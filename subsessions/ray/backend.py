@@ -158,8 +158,8 @@ class RayBackend:
 
     # -- starting and closing ---------------------------------------------------------------
     async def _started(self, runtime: Runtime) -> Shards:
-        if self._pool is not None:
-            return self._pool
+        if self._starting is not None and self._starting.done():
+            return self._starting.result()
         if self._starting is None:
             self._starting = asyncio.get_running_loop().create_task(
                 self._start(runtime), name="subsessions-ray-start")
@@ -171,10 +171,9 @@ class RayBackend:
             self._owns_ray = True
             await asyncio.to_thread(self._init, ray)
         source = self._model_source(runtime)
-        pool = Shards(runtime, source, self.shards, self.per_shard, dict(self.actor_options),
-                      host.Answerer(runtime, self._hosts))
+        pool = self._pool = Shards(runtime, source, self.shards, self.per_shard,
+                                   dict(self.actor_options), host.Answerer(runtime, self._hosts))
         await pool.start()
-        self._pool = pool
         return pool
 
     def _init(self, ray: Any) -> None:
@@ -199,7 +198,7 @@ class RayBackend:
 
     async def aclose(self) -> None:
         """After every child has ended: shards write their last lines and go."""
-        if self._starting is not None and self._pool is None:
+        if self._starting is not None:
             with contextlib.suppress(Exception):
                 await self._starting
         pool = self._pool
@@ -240,3 +239,13 @@ def _spec(child: Session, prompt: str, elsewhere: int) -> ChildSpec:
         relay_events=listening(child.events),
         cancel_first=child.cancel_requested,
     )
+
+
+def backend_from(settings: Settings) -> RayBackend | None:
+    """The backend `[ray]` / `--ray` ask for (None: in process); shards build the model
+    client from the same provider settings, reading the key from their own environment."""
+    if settings.ray is None:
+        return None
+    require_ray(settings.source if settings.source != "defaults" else "--ray")
+    return RayBackend(address=settings.ray.address, shards=settings.ray.shards,
+                      per_shard=settings.ray.per_shard, model_settings=settings)

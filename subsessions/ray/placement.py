@@ -89,7 +89,13 @@ class Shards:
             dict(runtime.profiles), self.model_source)
         shard = ShardRef(len(self.shards), actor)
         self.shards.append(shard)
-        shard.node_id, shard.pid = await actor.ready.remote()
+        try:
+            shard.node_id, shard.pid = await actor.ready.remote()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # it could not start (its node died meanwhile)
+            shard.lost(exc)
+            return shard
         shard.pump = asyncio.get_running_loop().create_task(
             self._pump(shard), name=f"subsessions-ray-pump-{shard.index}")
         return shard
