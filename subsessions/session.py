@@ -209,6 +209,7 @@ class Session:
             return None
         return ToolContext(
             cwd=self.cwd, sandbox=config.sandbox, network_access=config.network_access,
+            read_only_paths=(str(self.runtime.home),),
             approval=config.approval, env_policy=config.env_policy,
             max_processes=config.max_processes,
             ask_permission=partial(self.runtime.dispatcher.request_permission, self),

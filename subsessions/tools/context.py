@@ -69,6 +69,9 @@ class ToolContext:
     approval: str = field(default="never", validator=_one_of("approval", APPROVAL_POLICIES))
     ask_permission: AskPermission | None = None
     writable_roots: tuple[str, ...] = field(default=(), converter=_paths)
+    # Read-only even inside a writable root: the engine's home (its config.toml names MCP
+    # servers that run unsandboxed next time; its rollouts are the record of the run)
+    read_only_paths: tuple[str, ...] = field(default=(), converter=_paths)
     output_budget_bytes: int = field(default=64 * 1024, validator=_positive)
     # Codex's switches to keep $TMPDIR and /tmp out of the writable roots of workspace-write
     exclude_tmpdir_env_var: bool = False
