@@ -48,6 +48,9 @@ class Expected:
     instructions: str | None
     parent: str | None
     model: str | None = None
+    listable: bool = False
+    """Has a `user_message` event: Codex's thread/list leaves out a thread without one
+    (as it does its own empty threads), e.g. an MCP connection's session that only spawned."""
     turns: list[Turn] = field(default_factory=list)
     tokens: Json | None = None
     history: list[tuple[str, str]] = field(default_factory=list)
@@ -105,6 +108,8 @@ def expected(path: Path) -> Expected:
             out.calls.append(str(payload.get("call_id")))
         elif kind != "event_msg":
             continue
+        elif event == "user_message":
+            out.listable = True
         elif event == "task_started":
             out.turns.append(Turn(payload.get("turn_id"), "interrupted"))  # until it ends
         elif event == "token_count" and isinstance(payload.get("info"), dict):
@@ -125,7 +130,9 @@ def _differ(problems: list[str], what: str, ours: Any, codex: Any) -> None:
 
 def check_listed(want: Expected, listed: Json | None) -> list[str]:
     if listed is None:
-        return ["thread/list: not listed"]
+        return [] if not want.listable else ["thread/list: not listed"]
+    if not want.listable:
+        return ["thread/list: listed a thread without a user message (Codex never did)"]
     problems: list[str] = []
     for name, ours, codex in (
         ("source", want.source, listed.get("source")),
@@ -172,7 +179,7 @@ def check_request(want: Expected, request: Recorded | None) -> list[str]:
         return ["exec resume: no model request"]
     problems: list[str] = []
     sent = _messages(request)
-    if want.instructions is not None and ("developer", want.instructions) not in sent:
+    if want.instructions and ("developer", want.instructions) not in sent:
         problems.append(f"exec resume: our instructions {want.instructions[:60]!r} not sent "
                         "as a developer message")
     rest = iter(sent)  # our history, in order, ahead of the new prompt
@@ -190,6 +197,7 @@ def check_request(want: Expected, request: Recorded | None) -> list[str]:
 @dataclass
 class Verdict:
     files: int = 0
+    unlistable: int = 0
     listed: int = 0
     read: int = 0
     eligible: int = 0
@@ -198,7 +206,8 @@ class Verdict:
     dropped: dict[str, list[str]] = field(default_factory=dict)
 
     def counts(self) -> str:
-        return (f"codex judge: {self.files} file(s): listed {self.listed}, read {self.read}, "
+        return (f"codex judge: {self.files} file(s): listed {self.listed} (+{self.unlistable} "
+                f"without a user message, which Codex does not list), read {self.read}, "
                 f"migrate eligible {self.eligible}, resumed {self.resumed}, "
                 f"exec resumed {self.exec_resumed}, nothing dropped "
                 f"{self.files - len(self.dropped)}")
@@ -208,7 +217,8 @@ async def judge_home(binary: Path, ours: Path, work: Path) -> Verdict:
     """Judge a copy of `ours` (made under `work`) with Codex; the original is not touched."""
     home, wanted = _copy(ours, work)
     providers = {w.provider for w in wanted.values() if w.provider} or {"loopback"}
-    verdict = Verdict(files=len(wanted))
+    verdict = Verdict(files=len(wanted),
+                      unlistable=sum(not w.listable for w in wanted.values()))
     problems: dict[str, list[str]] = {path: [] for path in wanted}
     async with FakeOpenAI() as model:
         model.script = lambda request: text("judged")
@@ -250,7 +260,8 @@ async def judge_home(binary: Path, ours: Path, work: Path) -> Verdict:
             verdict.exec_resumed += 1
             sent = model.requests[before:]
             problems[path] += check_request(want, sent[0] if sent else None)
-    verdict.dropped = {path: found for path, found in problems.items() if found}
+    verdict.dropped = {path: [p.replace(str(home), "$CODEX_HOME") for p in found]
+                       for path, found in problems.items() if found}
     return verdict
 
 
