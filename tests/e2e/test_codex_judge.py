@@ -225,3 +225,15 @@ async def test_an_app_server_request_codex_refuses_is_a_clear_error(
             await server.request("thread/read", {"threadId": "not-a-uuid"})
         assert await server.list_all(modelProviders=[]) == []
     shutil.rmtree(home)
+
+
+def test_without_npm_the_judge_skips_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from codex_cli import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no npm on it
+    with pytest.raises(pytest.skip.Exception, match=r"npm is not installed \(apt-get install"):
+        codex_binary()
+    assert not (tmp_path / "empty-cache").exists()
