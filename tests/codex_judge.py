@@ -182,6 +182,12 @@ def check_request(want: Expected, request: Recorded | None) -> list[str]:
     if want.instructions and ("developer", want.instructions) not in sent:
         problems.append(f"exec resume: our instructions {want.instructions[:60]!r} not sent "
                         "as a developer message")
+    # Codex's context blocks are `<tag>...`; any other developer text is base instructions
+    base = [t for role, t in sent if role == "developer" and t and not t.startswith("<")]
+    if want.instructions == "" and base:
+        problems.append(f"exec resume: we wrote no instructions, Codex sent {base[0][:60]!r}")
+    if want.instructions is None:
+        problems.append("no base_instructions written: exec resume sends Codex's own prompt")
     rest = iter(sent)  # our history, in order, ahead of the new prompt
     missing = [m for m in want.history if m not in rest]
     if missing:

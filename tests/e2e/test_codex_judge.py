@@ -118,7 +118,8 @@ def _compared(samples: list[Expected]) -> str:
     return (f"compared: {len(samples)} x (source, provider, originator, cli_version, path, "
             f"parent, model); {sum(len(s.turns) for s in samples)} turns (id, status, error); "
             f"{sum(bool(s.tokens) for s in samples)} token totals (5 fields); "
-            f"{sum(bool(s.instructions) for s in samples)} instructions; "
+            f"{sum(s.instructions is not None for s in samples)} instructions "
+            f"({sum(s.instructions == '' for s in samples)} empty); "
             f"{sum(len(s.history) for s in samples)} history messages and "
             f"{sum(len(s.calls) for s in samples)} function calls sent by exec resume")
 
@@ -168,29 +169,38 @@ def _line(kind: str, payload: dict[str, object]) -> bytes:
                          "payload": payload}) + b"\n"
 
 
-def _rollout(home: Path, sid: str, source: object, ending: dict[str, object]) -> None:
-    """A DESIGN 3.5 rollout of one turn (source and ending as given)."""
+def _rollout(home: Path, sid: str, source: object, ending: dict[str, object],
+             omit: tuple[str, ...] = ()) -> None:
+    """A DESIGN 3.5 rollout of one turn (source and ending as given); `omit` names keys
+    ("turn_context.sandbox_policy", ...) left out, as a writer that drops them would."""
     turn = sid[:-4] + "7777"
     meta = {"id": sid, "timestamp": "2026-11-23T10:00:00Z", "cwd": "/", "originator":
             "subsessions", "cli_version": "0.1.0", "source": source,
             "model_provider": "loopback", "base_instructions": {"text": f"be {sid[-4:]}"}}
     if isinstance(source, dict):
         meta["parent_thread_id"] = PARENT
+    usage = {k: v for k, v in USAGE.items() if f"usage.{k}" not in omit}
+    records: list[tuple[str, dict[str, object]]] = [
+        ("session_meta", meta),
+        ("turn_context", {"turn_id": turn, "cwd": "/", "approval_policy": "never",
+                          "sandbox_policy": {"type": "read-only"}, "model": "m1",
+                          "summary": "auto"}),
+        ("task_started", {"type": "task_started", "turn_id": turn}),
+        ("response_item", {"type": "message", "role": "user",
+                           "content": [{"type": "input_text", "text": "a prompt"}]}),
+        ("user_message", {"type": "user_message", "message": "a prompt"}),
+        ("token_count", {"type": "token_count",
+                         "info": {"total_token_usage": usage, "last_token_usage": usage}}),
+        ("ending", {**ending, "turn_id": turn}),
+    ]
     folder = home / "sessions" / "2026" / "11" / "23"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"rollout-2026-11-23T10-00-00-{sid}.jsonl").write_bytes(b"".join([
-        _line("session_meta", meta),
-        _line("turn_context", {"turn_id": turn, "cwd": "/", "approval_policy": "never",
-                               "sandbox_policy": {"type": "read-only"}, "model": "m1",
-                               "summary": "auto"}),
-        _line("event_msg", {"type": "task_started", "turn_id": turn}),
-        _line("response_item", {"type": "message", "role": "user",
-                                "content": [{"type": "input_text", "text": "a prompt"}]}),
-        _line("event_msg", {"type": "user_message", "message": "a prompt"}),
-        _line("event_msg", {"type": "token_count",
-                            "info": {"total_token_usage": USAGE, "last_token_usage": USAGE}}),
-        _line("event_msg", {**ending, "turn_id": turn}),
-    ]))
+    lines = []
+    for name, payload in records:
+        kept = {k: v for k, v in payload.items() if f"{name}.{k}" not in omit}
+        kind = name if name in ("session_meta", "turn_context", "response_item") else "event_msg"
+        lines.append(_line(kind, kept))
+    (folder / f"rollout-2026-11-23T10-00-00-{sid}.jsonl").write_bytes(b"".join(lines))
 
 
 async def test_the_judge_passes_design_shapes_and_names_what_codex_drops(
@@ -222,6 +232,33 @@ async def test_the_judge_passes_design_shapes_and_names_what_codex_drops(
     assert any(p.startswith("exec resume exit 1") for p in problems)
     assert (verdict.listed, verdict.read, verdict.eligible, verdict.resumed,
             verdict.exec_resumed) == (3, 2, 2, 2, 2)
+
+
+@pytest.mark.parametrize(("omit", "named"), [
+    ("turn_context.sandbox_policy", "thread/read model: ours 'm1', Codex None"),
+    ("task_started.turn_id", "thread/read turns"),
+    ("usage.reasoning_output_tokens", "no thread/tokenUsage/updated"),
+    ("session_meta.base_instructions", "no base_instructions written"),
+], ids=lambda v: v.split(".")[-1] if "." in v and " " not in v else "")
+async def test_the_judge_names_a_field_the_writer_dropped(
+    codex: Path, tmp_path: Path, omit: str, named: str
+) -> None:
+    """Each field Codex needs (docs/codex-rollouts.md §4), left out of one child: the
+    judge fails that file only, naming what Codex lost."""
+    home = tmp_path / "ours"
+    _rollout(home, PARENT, "exec", {"type": "task_complete", "last_agent_message": "ok"})
+    spawn = {"parent_thread_id": PARENT, "depth": 1, "agent_role": None,
+             "agent_nickname": None, "agent_path": None}
+    _rollout(home, CHILD, {"subagent": {"thread_spawn": spawn}},
+             {"type": "task_complete", "last_agent_message": None,
+              "error": {"message": "model exploded", "codex_error_info": "other"}},
+             omit=(omit,))
+
+    verdict = await judge_home(codex, home, tmp_path / "judge")
+
+    [(path, problems)] = verdict.dropped.items()
+    assert path.endswith(f"{CHILD}.jsonl")
+    assert any(named in p for p in problems), problems
 
 
 async def test_an_app_server_request_codex_refuses_is_a_clear_error(
