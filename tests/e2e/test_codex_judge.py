@@ -22,6 +22,8 @@ from codex_judge import Expected, Turn, Verdict, expected, judge_home
 from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, error, fake_openai, text
 from openai_support import run, tool_outputs
 
+from subsessions import Engine, ScriptedModel
+
 __all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
 
 WORKER = "You are a worker sub-session for the Codex judge."
@@ -91,6 +93,11 @@ async def _write_samples(home: Path, fake: FakeOpenAI, cwd: Path, errlog: TextIO
     [cli] = [s for s in _samples(home) if s.source == "cli"]
     code, out, err = await run("resume", "--home", str(home), cli.id, RESUMED, cwd=cwd)
     assert (code, out) == (0, "Both workers reported; one failed.\n"), err
+    # a fork of it: a new file that starts with the whole history (forked_from_id)
+    forking = ScriptedModel([["A fork answers."]])
+    async with Engine(home=home, model_client=forking, model="fork-model") as engine:
+        fork = await engine.fork_session(cli.id)
+        assert await fork.send_and_wait("And from the fork?") == "A fork answers."
     async with connect(home, fake, cwd, errlog) as session:
         child = await create(session, "mcp job", "tester")
         waited = await session.call_tool("wait_session", {"session_id": child,
@@ -109,6 +116,8 @@ def _covered(samples: list[Expected]) -> set[str]:
               if isinstance(s.source, dict)}
     found |= {t.status for s in samples for t in s.turns}
     found |= {"two turns" for s in samples if len(s.turns) == 2}
+    found |= {"fork" for s in samples if orjson.loads(s.path.read_bytes().split(b"\n")[0])[
+        "payload"].get("forked_from_id")}
     found |= {"tokens" for s in samples if s.tokens} | {"calls" for s in samples if s.calls}
     return found
 
@@ -134,7 +143,7 @@ async def test_codex_lists_reads_and_resumes_every_sample(
         await _write_samples(home, fake_openai, tmp_path, errlog)
     samples = _samples(home)
     assert _covered(samples) >= {"cli", "exec", "appServer", "depth 1", "depth 2", "completed",
-                                 "failed", "interrupted", "two turns", "tokens", "calls"}
+                                 "failed", "interrupted", "two turns", "tokens", "calls", "fork"}
     before = {s.path: s.path.read_bytes() for s in samples}
 
     verdict = await judge_home(codex, home, tmp_path / "judge")
