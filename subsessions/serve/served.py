@@ -60,6 +60,8 @@ class HostBridge:
 
     def _hook(self, kind: str) -> Any:
         async def invoke(data: dict[str, Any]) -> Any:
+            if self.served is not None and self.served.closed:
+                return None  # detached or deleted: the host no longer knows the session
             answer = await self.peer.request("hooks.invoke", {
                 "sessionId": self.session_id, "hookType": kind, "input": wire.hook_input(data),
             })
@@ -94,6 +96,7 @@ class ServedSession:
     _tasks: set[asyncio.Task[Turn]] = field(factory=set, init=False)
     _permissions: dict[str, asyncio.Future[Any]] = field(factory=dict, init=False)
     _off: Any = field(default=None, init=False)
+    closed: bool = field(default=False, init=False)
 
     @property
     def session_id(self) -> str:
@@ -158,8 +161,11 @@ class ServedSession:
         return bool(running) or bool(self._queued)
 
     def _on_engine_event(self, event: SessionEvent) -> None:
-        agent = event.session_id if event.session_id != self.session_id else None
         kind = event.type
+        # A deferred tool's request is emitted on the root: the caller is in its data.
+        caller = event.data.get("session_id") if kind == "external_tool.requested" else None
+        source = caller if isinstance(caller, str) else event.session_id
+        agent = source if source != self.session_id else None
         if kind in ("session.idle", "session.error"):
             if agent is None and self._turn is not None:
                 self._end_turn(self._turn, kind, event.data)
@@ -167,6 +173,8 @@ class ServedSession:
         data = wire.translate(kind, event.data, self._describe)
         if data is None:
             return
+        if caller is not None:
+            data["sessionId"] = self.session_id  # the host knows the tree by its root
         turn = self._turn
         if kind == "assistant.message" and agent is None and turn is not None:
             data["originatingMessageId"] = turn.message_id
@@ -230,6 +238,7 @@ class ServedSession:
 
     async def close(self) -> None:
         """Stop serving: running and queued messages are cancelled, listeners removed."""
+        self.closed = True
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
