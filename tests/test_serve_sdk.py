@@ -16,8 +16,6 @@ from typing import Any
 
 from fake_openai import FakeOpenAI, Reply, call, calls, fake_openai, text
 from openai_support import rollouts, tool_outputs
-__all__ = ["fake_openai"]
-
 from serve_support import (
     CHECKER,
     NOT_SUPPORTED,
@@ -26,6 +24,8 @@ from serve_support import (
     python_client,
     scenario,
 )
+
+__all__ = ["fake_openai"]
 
 
 def _tools(ran: list[tuple[str, Any]]) -> list[Any]:
