@@ -19,6 +19,7 @@ from openai_support import rollouts, tool_outputs
 from serve_support import (
     CHECKER,
     NOT_SUPPORTED,
+    PROCESSES,
     checker_agent,
     copilot,
     python_client,
@@ -151,3 +152,25 @@ async def test_abort_cancels_the_tree(home: Path, tmp_path: Path, fake_openai: F
     for records in found.values():
         assert records[-1]["payload"]["type"] == "turn_aborted", records[-1]
     assert found[parent][0]["payload"]["source"] == "cli"
+
+
+async def test_tcp_resume_list_delete_and_no_process_left(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.reply_with(text("first"), text("second"))
+    approve = copilot.PermissionHandler.approve_all
+    async with python_client(home, fake_openai, tmp_path, tcp=True) as client:
+        session = await client.create_session(on_permission_request=approve)
+        sid = session.session_id
+        assert (await session.send_and_wait("remember the word kiwi", timeout=20)
+                ).data.content == "first"
+        assert [s.session_id for s in await client.list_sessions()] == [sid]
+        await session.disconnect()
+        assert await client.list_sessions() == []
+        again = await client.resume_session(sid, on_permission_request=approve)
+        assert (await again.send_and_wait("which word?", timeout=20)).data.content == "second"
+        seen = json.dumps(fake_openai.requests[-1].body["input"])
+        assert "remember the word kiwi" in seen  # the history came back from the rollout
+        await client.delete_session(sid)
+        assert rollouts(home) == {}
+    assert PROCESSES[-1].poll() is not None  # runtime.shutdown: the runtime is gone
