@@ -218,3 +218,14 @@ async def test_read_frame_takes_extra_headers_and_refuses_what_cannot_be_a_frame
                    b"Content-Length: 99999999999\r\n\r\n"):
         with pytest.raises(FramingError):
             await parse(broken)
+
+
+async def test_command_line_mistakes_are_one_line(tmp_path: Path) -> None:
+    from openai_support import run
+
+    code, out, err = await run("serve", "--home", str(tmp_path / "h"), "--port", "70000",
+                               "--base-url", "http://127.0.0.1:9/v1", cwd=tmp_path)
+    assert (code, out) == (1, "")
+    assert err == "subsessions: command line: --port: must be 0..65535, not 70000\n"
+    code, _, err = await run("serve", "--stdio", "--port", "1", cwd=tmp_path)
+    assert code == 2 and len(err.strip().splitlines()) == 1

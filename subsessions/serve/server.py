@@ -63,7 +63,7 @@ def add_serve_command(commands: argparse._SubParsersAction,  # type: ignore[type
 
 def run_serve_command(args: argparse.Namespace, home: Path, settings: Settings) -> int:
     if args.port is not None and not 0 <= args.port <= 65535:
-        raise SystemExit(f"subsessions serve: --port must be 0..65535, not {args.port}")
+        raise ConfigError("command line", "--port", f"must be 0..65535, not {args.port}")
     logging.basicConfig(stream=sys.stderr, format="subsessions serve: %(message)s")
     logging.getLogger("subsessions").setLevel(LOG_LEVELS[args.log_level])
     out = _protect_stdout()
