@@ -117,7 +117,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
     7: ("engine",),
     8: ("", "__main__", "cli", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.server",
         "mcp.progress", "mcp.run", "mcp.task_store", "mcp.tasks",
-        "rollouts.cli", "testing"),
+        "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",
+        "serve.peer", "serve.served", "serve.server", "serve.wire", "testing"),
 }
 
 
