@@ -17,9 +17,8 @@ Not served: `tasks/update` (children never ask their host for input).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 import mcp_types as types
@@ -52,6 +51,10 @@ class Hosting(Protocol):
         ...
 
     def call_id(self, ctx: Context) -> str: ...
+
+    def settle(self, work: Coroutine[Any, Any, None]) -> Awaitable[None]:
+        """`work` run to its end even if the request awaiting it is cancelled."""
+        ...
 
 
 def client_wants_task(ctx: Context) -> bool:
@@ -142,7 +145,7 @@ class TasksExtension(Extension):
             return run.text_result(str(exc), error=True)
         finally:
             if own and not made:  # nothing started in the call's own connection
-                await asyncio.shield(connection.close())
+                await self._hosting.settle(connection.close())
         return {"resultType": "task", **describe(registry, task, detailed=False)}
 
     async def _get(self, ctx: Context, params: types.GetTaskRequestParams) -> HandlerResult:
@@ -153,7 +156,7 @@ class TasksExtension(Extension):
     async def _cancel(self, ctx: Context, params: types.CancelTaskRequestParams) -> HandlerResult:
         require_tasks(ctx)
         task = self._hosting.registry(ctx).find(params.task_id)
-        await asyncio.shield(task.cancel())  # a dropped request still cancels the work
+        await self._hosting.settle(task.cancel())  # a dropped request still cancels it
         return {}
 
 
