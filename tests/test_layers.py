@@ -109,15 +109,16 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "tools.apply_patch", "tools.approval", "tools.beneath",
         "tools.context", "tools.errors", "tools.files", "tools.limits", "tools.patch",
         "tools.patch_commit",
-        "tools.sandbox", "tools.shell"),
+        "tools.sandbox", "tools.seccomp", "tools.shell"),
     3: ("dispatch", "runtime"),
     4: ("composition", "manager"),
     5: ("handlers.subsessions", "router", "task"),
     6: ("resume", "session"),
     7: ("engine", "ray", "ray.backend", "ray.host", "ray.placement", "ray.shard", "ray.wire"),
     8: ("", "__main__", "cli", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.server",
-        "mcp.progress", "mcp.run", "mcp.task_store", "mcp.tasks",
-        "rollouts.cli", "testing"),
+        "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
+        "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",
+        "serve.peer", "serve.served", "serve.server", "serve.wire", "testing"),
 }
 
 
