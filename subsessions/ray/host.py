@@ -14,20 +14,19 @@ import contextlib
 import logging
 from typing import Any, Protocol
 
-from attrs import define, field
+from attrs import define, field, fields
 
 from subsessions.clock import clock
-from subsessions.config import Invocation
+from subsessions.config import Hooks, Invocation
 from subsessions.dispatch import call_maybe_async
-from subsessions.errors import UnknownSession, error_text
+from subsessions.errors import ToolNotSupported, UnknownSession, error_text
 from subsessions.events import EventHub, SessionEvent, emit
 from subsessions.ray.wire import Cancel, Event, Request, Room
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 
 log = logging.getLogger("subsessions")
-HOOK_NAMES = ("on_pre_tool_use", "on_post_tool_use", "on_user_prompt_submitted",
-              "on_session_start", "on_session_end", "on_error_occurred")
+HOOK_NAMES = tuple(f.name for f in fields(Hooks))
 
 
 class Replier(Protocol):
@@ -123,7 +122,7 @@ class Answerer:
             tools = child.tools() if child is not None else config.tools
             tool = next((t for t in tools if t.name == request.name), None)
             if tool is None or tool.handler is None:
-                raise UnknownSession(request.child_id)
+                raise ToolNotSupported(request.name)
             return await call_maybe_async(tool.handler, args[0], Invocation(*args[1]))
         if kind == "deferred":
             arguments, session_id, call_id = args
