@@ -312,3 +312,21 @@ def test_the_ray_flag_without_the_extra_is_one_line(tmp_path: Path) -> None:
     assert out.returncode != 0
     assert out.stderr.strip().splitlines() == [
         "subsessions: --ray: ray: the Ray backend needs Ray: pip install 'subsessions[ray]'"]
+
+
+@pytest.mark.parametrize("pause", [0.0, 0.05], ids=["before-it-ran", "while-shards-start"])
+async def test_a_child_cancelled_before_a_shard_took_it_ends_once_as_cancelled(
+    home: Path, script: Script, ray_cluster: Any, pause: float
+) -> None:
+    from ray_support import SHARD_OPTIONS
+
+    backend = RayBackend(shards=1, model_on_driver=True, actor_options=SHARD_OPTIONS)
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        cid = await parent.subsessions.spawn_child("worker", "too late")
+        if pause:
+            await asyncio.sleep(pause)  # its task waits for the shards to start
+        assert await parent.subsessions.cancel_child(cid) is True
+        assert parent.subsessions.status(cid) is ChildStatus.CANCELLED
+    assert terminals(rollout_of(home, cid)) == [{"type": "turn_aborted", "reason": "cancelled"}]
+    assert script.seen["too late"] == []  # its model was never asked

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import os
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
@@ -35,6 +36,7 @@ from subsessions.settings import Settings
 log = logging.getLogger("subsessions")
 INSTALL = "the Ray backend needs Ray: pip install 'subsessions[ray]'"
 LOOPBACK = "127.0.0.1"
+LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray treats this as one machine
 CLOSE_SECONDS = 10.0  # how long close waits for a shard to write its last lines
 
 
@@ -112,10 +114,15 @@ class RayBackend:
 
     async def _run_remote(self, child: Session, prompt: str) -> str | None:
         try:
-            pool = await self._started(child.runtime)
-            # Its session_meta (written here) is in the file before the shard appends to it.
-            await child.recorder.flush_durable()
-            shard = await pool.place()
+            try:
+                pool = await self._started(child.runtime)
+                # Its session_meta (written here) is in the file before the shard appends.
+                await child.recorder.flush_durable()
+                shard = await pool.place()
+            except asyncio.CancelledError:  # no shard has it yet: it ends here, as in process
+                child.cancel_at_first_step()
+                await task.run(child, prompt, True)
+                raise
             assert child.parent is not None
             spec = _spec(child, prompt, pool.answerer.elsewhere(shard, child.parent))
             outcome = await self._run_on(shard, spec, child)
@@ -166,6 +173,8 @@ class RayBackend:
         return await asyncio.shield(self._starting)
 
     async def _start(self, runtime: Runtime) -> Shards:
+        if self.address is None:  # a local Ray: never resolve 127.0.0.1 to this machine's
+            os.environ.setdefault(LOOPBACK_SWITCH, "0")  # address (read when Ray is imported)
         ray = import_ray()
         if not ray.is_initialized():
             self._owns_ray = True
