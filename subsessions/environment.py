@@ -102,7 +102,16 @@ def env_policy_from_table(table: Any, source: str) -> EnvPolicy:
 def command_environment(policy: EnvPolicy) -> dict[str, str]:
     """`policy` applied to this process's environment: worked out once per environment (a
     command is started often; the environment seldom changes), a fresh dict each call."""
-    return dict(_applied(policy, tuple(os.environb.items())))
+    return dict(_applied(policy, _environment_key()))
+
+
+def _environment_key() -> tuple[tuple[bytes, bytes], ...]:
+    # os.environ keeps its bytes in `_data` (CPython, every version since 3.2): taking them
+    # as they are is a tenth of the cost of walking the mapping, which decodes every entry.
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict):
+        return tuple(data.items())
+    return tuple(os.environb.items())
 
 
 @functools.lru_cache(maxsize=16)

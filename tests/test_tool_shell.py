@@ -143,6 +143,31 @@ async def test_a_command_that_does_not_exist(ws: Path, mode: str) -> None:
         await run(context, command=["./data.txt"])
 
 
+async def test_path_lookups_follow_programs_that_come_and_go(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found programs are remembered (a shell's hash), but never past their removal, and a
+    program installed after a miss is found."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    program = bin_dir / "hello-subsessions"
+    context = ToolContext(cwd=str(ws), sandbox="danger-full-access")
+    with pytest.raises(CommandNotFound, match="not on PATH"):
+        await run(context, command=["hello-subsessions"])
+    program.write_text("#!/bin/sh\necho hello\n")
+    program.chmod(0o755)
+    assert (await run(context, command=["hello-subsessions"]))["output"] == "hello\n"
+    program.chmod(0o644)
+    with pytest.raises(CommandNotFound, match="not on PATH"):
+        await run(context, command=["hello-subsessions"])
+    program.chmod(0o755)
+    assert (await run(context, command=["hello-subsessions"]))["output"] == "hello\n"
+    program.unlink()
+    with pytest.raises(CommandNotFound, match="not on PATH"):
+        await run(context, command=["hello-subsessions"])
+
+
 async def test_a_command_that_does_not_exist_asks_nobody(ws: Path) -> None:
     asked = Recorder()
     context = ToolContext(cwd=str(ws), approval="untrusted", ask_permission=asked)

@@ -78,6 +78,8 @@ def kill_group(pgid: int) -> None:
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> bool:
+    if event.is_set():  # the usual case after an exit: no timer to arm and disarm
+        return True
     try:
         async with asyncio.timeout(seconds):
             await event.wait()

@@ -229,8 +229,29 @@ def _check_program(program: str, workdir: str, env: Mapping[str, str]) -> None:
             raise CommandNotFound(program, "no such file")
         if os.path.isdir(path) or not os.access(path, os.X_OK):
             raise CommandNotFound(program, "not an executable file")
-    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+    elif not _on_path(program, env.get("PATH", os.defpath)):
         raise CommandNotFound(program, "not on PATH")
+
+
+_FOUND: dict[tuple[str, str], str] = {}  # (program, PATH) -> where it was found
+_FOUND_MAX = 256
+
+
+def _on_path(program: str, path: str) -> bool:
+    """As a shell hashes commands: a program found before is still on PATH while that file
+    is executable (one syscall, not a stat per PATH entry); misses are never remembered."""
+    key = (program, path)
+    hit = _FOUND.get(key)
+    if hit is not None and os.access(hit, os.X_OK):
+        return True
+    found = shutil.which(program, path=path)
+    if found is None:
+        _FOUND.pop(key, None)
+        return False
+    if len(_FOUND) >= _FOUND_MAX:
+        _FOUND.clear()
+    _FOUND[key] = found
+    return True
 
 
 def _text(data: bytes) -> str:
