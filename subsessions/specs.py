@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from subsessions.budget import KINDS
 from subsessions.children import MAX_WAIT_SECONDS
 from subsessions.config import SUBSESSION_TOOL_NAMES
 from subsessions.profiles import Profile
@@ -86,6 +87,17 @@ def run_schema(profile_names: list[str]) -> dict[str, Any]:
     }
 
 
+BUDGET_SCHEMA: dict[str, Any] = {
+    "type": ["object", "null"],
+    "description": "Limits for the sub-session (clamped to what this session and its tree "
+    "have left); null for none. Reaching one stops it as failed.",
+    "properties": {key: {"type": [kind, "null"], "exclusiveMinimum": 0}
+                   for key, kind in KINDS.items()},
+    "required": list(KINDS),
+    "additionalProperties": False,
+}
+
+
 def create_schema(profile_names: list[str]) -> dict[str, Any]:
     return {
         "type": "object",
@@ -100,8 +112,9 @@ def create_schema(profile_names: list[str]) -> dict[str, Any]:
                 "description": "Everything the sub-session needs to know: it does not see "
                 "this conversation.",
             },
+            "budget": BUDGET_SCHEMA,
         },
-        "required": ["session_type", "prompt"],
+        "required": ["session_type", "prompt", "budget"],
         "additionalProperties": False,
     }
 

@@ -51,6 +51,7 @@ __all__ = [
     "spawn_held",
     "spawned",
     "terminals",
+    "tokens",
     "value",
     "wait",
 ]
@@ -112,6 +113,11 @@ def wait(session_id: str, timeout_ms: int = FOREVER_MS, **kw: Any) -> dict[str, 
 
 def cancel(session_id: str, **kw: Any) -> dict[str, Any]:
     return call("cancel_session", session_id=session_id, **kw)
+
+
+def tokens(input_tokens: int, output_tokens: int = 0) -> dict[str, Any]:
+    """The usage a scripted response reports (an item of the response, not output)."""
+    return {"type": "usage", "input_tokens": input_tokens, "output_tokens": output_tokens}
 
 
 # -- what a tool returned -----------------------------------------------------------------

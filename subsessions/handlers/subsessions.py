@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from subsessions.budget import parse_budget
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
 from subsessions.manager import SubsessionManager
 from subsessions.specs import MAX_TIMEOUT_MS, SCHEMAS, create_schema, run_schema
@@ -26,18 +27,7 @@ async def call_parsed(
     manager: SubsessionManager, name: str, arguments: dict[str, Any], call_id: str
 ) -> str:
     if name == "create_session":
-        profiles = manager.profiles()
-        schema = create_schema(list(profiles))
-        schema["properties"]["session_type"] = {"type": "string"}  # unknown names: own text
-        check_arguments(name, schema, arguments)
-        if arguments["session_type"] not in profiles:
-            raise UnknownSessionType(arguments["session_type"], tuple(profiles))
-        if not arguments["prompt"].strip():
-            raise InvalidArguments(name, "prompt must not be empty")
-        child_id = await manager.spawn_child(
-            arguments["session_type"], arguments["prompt"], call_id=call_id
-        )
-        return _dump({"session_id": child_id})
+        return _dump({"session_id": await create(manager, arguments, call_id)})
     if name == "run_sessions":
         return await _run_sessions(manager, arguments, call_id)
     check_arguments(name, SCHEMAS[name], arguments)
@@ -57,6 +47,28 @@ async def call_parsed(
     if cancelled:
         manager.mark_seen(session_id)  # the model cancelled it: no notice needed
     return _dump({"cancelled": cancelled})
+
+
+async def create(
+    manager: SubsessionManager, arguments: dict[str, Any], call_id: str,
+    tool: str = "create_session",
+) -> str:
+    """`create_session` (and MCP's `run_session`): the new child's id. `budget` may be
+    omitted (MCP callers) as well as null."""
+    profiles = manager.profiles()
+    schema = create_schema(list(profiles))
+    schema["properties"]["session_type"] = {"type": "string"}  # unknown names: own text
+    del schema["properties"]["budget"]  # checked below, with texts of its own
+    schema["required"] = ["session_type", "prompt"]
+    rest = dict(arguments)
+    budget = parse_budget(rest.pop("budget", None), tool)
+    check_arguments(tool, schema, rest)
+    if rest["session_type"] not in profiles:
+        raise UnknownSessionType(rest["session_type"], tuple(profiles))
+    if not rest["prompt"].strip():
+        raise InvalidArguments(tool, "prompt must not be empty")
+    return await manager.spawn_child(rest["session_type"], rest["prompt"], call_id=call_id,
+                                     budget=budget)
 
 
 def _timeout_seconds(arguments: dict[str, Any]) -> float:

@@ -69,3 +69,13 @@ def token_count(
 
 def background(message: str) -> dict[str, Any]:
     return {"type": "background_event", "message": message}
+
+
+def budget_limited(kind: str, limit: float, message: str) -> dict[str, Any]:
+    """A task stopped by a budget (DESIGN 3.5): Codex's `turn_aborted`, with the limit."""
+    return {"type": "turn_aborted", "reason": "budget_limited",
+            "limit": {"kind": kind, "max": limit}, "message": message}
+
+
+def is_budget_limited(terminal: dict[str, Any]) -> bool:
+    return terminal.get("reason") == "budget_limited"
