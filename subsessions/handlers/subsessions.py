@@ -39,7 +39,12 @@ async def call_parsed(
         ])
     if name == "wait_sessions":
         return await _wait_sessions(manager, arguments)
+    if name == "list_sessions":
+        return _dump(list_sessions(manager))
     session_id: str = arguments["session_id"]  # any id not of a child: `unknown session`
+    if name == "send_message":
+        return _dump({"delivered": await manager.send_message(session_id,
+                                                              arguments["message"])})
     if name == "wait_session":
         timeout_ms = min(int(arguments["timeout_ms"]), MAX_TIMEOUT_MS)
         return _dump({"result": await manager.wait_child_ms(session_id, timeout_ms)})
@@ -69,6 +74,11 @@ async def create(
         raise InvalidArguments(tool, "prompt must not be empty")
     return await manager.spawn_child(rest["session_type"], rest["prompt"], call_id=call_id,
                                      budget=budget)
+
+
+def list_sessions(manager: SubsessionManager) -> dict[str, Any]:
+    """`list_sessions`: every child of this session, oldest first (DESIGN 3.1)."""
+    return {"sessions": [info.listing() for info in manager.children()]}
 
 
 def _timeout_seconds(arguments: dict[str, Any]) -> float:
