@@ -6,7 +6,8 @@ Each side runs `true` N times, one after another, and collects its output:
   tool        the `shell` tool under `danger-full-access`: argument checks, approval policy,
               PATH lookup, process group, head/tail collector, group kill, JSON result
   bare bwrap  `create_subprocess_exec` of the very bubblewrap command line the tool builds
-              (same namespaces, binds, status fd, and pids cgroup when root) + `communicate()`
+              (same namespaces, binds, status fd, seccomp filter, pids cgroup when root)
+              + `communicate()`
   tool bwrap  the `shell` tool under `workspace-write`
 
 Rounds alternate the four after a warm-up; figures are wall µs per call, min / median / max
@@ -40,9 +41,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from subsessions.config import Invocation
-from subsessions.tools import ToolContext, builtin_tools, limits, sandbox
+from subsessions.tools import ToolContext, builtin_tools, limits, sandbox, seccomp
 
 Runner = Callable[[], Awaitable[None]]
+SECCOMP_FD = 200  # where the bare bwrap row's filter is passed (a fresh one per call)
 CALL = Invocation(session_id="bench", tool_call_id="call_bench", tool_name="shell")
 
 
@@ -54,11 +56,18 @@ def bare_runner(
     async def run() -> None:
         async with contextlib.AsyncExitStack() as stack:
             procs = None
-            if max_processes is not None:
+            fds = pass_fds
+            if max_processes is not None:  # the sandboxed row: cgroup and seccomp filter too
                 procs = stack.enter_context(limits.process_cgroup(max_processes))
+                rules = seccomp.filter_fd()
+                if rules is not None:
+                    stack.callback(os.close, rules)
+                    os.dup2(rules, SECCOMP_FD)  # the number the command line names
+                    stack.callback(os.close, SECCOMP_FD)
+                    fds = (*pass_fds, SECCOMP_FD)
             process = await asyncio.create_subprocess_exec(
                 *limits.limited(argv, procs), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=pass_fds,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=fds,
             )
             await process.communicate()
         assert process.returncode == 0, argv
@@ -117,7 +126,8 @@ async def main(n: int, rounds: int) -> None:
     workspace = tempfile.mkdtemp(prefix="shell-overhead-")
     sandboxed = ToolContext(cwd=workspace, sandbox="workspace-write")
     status_read, status_write = os.pipe()
-    bwrap_argv = sandbox.bwrap_argv(sandboxed, ["true"], workspace, status_write)
+    bwrap_argv = sandbox.bwrap_argv(sandboxed, ["true"], workspace, status_write,
+                                    SECCOMP_FD if seccomp.program() is not None else None)
     runners: dict[str, Runner] = {
         "bare": bare_runner(["true"]),
         "tool": tool_runner(ToolContext(cwd=workspace, sandbox="danger-full-access")),

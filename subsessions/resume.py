@@ -76,8 +76,8 @@ def _usage(rollout: Rollout, damaged: list[str]) -> TokenUsage:
     if info is None:  # no model call yet (Codex writes `info: null` then)
         return TokenUsage()
     total = info.get("total_token_usage") if isinstance(info, dict) else None
-    numbers = (total.get("input_tokens", 0), total.get("output_tokens", 0)) if isinstance(
-        total, dict) else (None, None)
+    keys = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_output_tokens")
+    numbers = tuple(total.get(k, 0) for k in keys) if isinstance(total, dict) else (None,)
     if not all(type(n) is int and n >= 0 for n in numbers):
         damaged.append(f"the token counts of {rollout.session_id} (counted as 0)")
         return TokenUsage()

@@ -30,6 +30,7 @@ from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
 from subsessions.router import ToolRouter
 from subsessions.runtime import Runtime
 from subsessions.tools import ToolContext, builtin_tools
+from subsessions.tools.context import sandbox_policy
 from subsessions.tree import SessionTree
 from subsessions.usage import Usage
 
@@ -234,6 +235,7 @@ class Session:
             return None
         return ToolContext(
             cwd=self.cwd, sandbox=config.sandbox, network_access=config.network_access,
+            read_only_paths=(str(self.runtime.home),),
             approval=config.approval, env_policy=config.env_policy,
             max_processes=config.max_processes,
             ask_permission=partial(self.runtime.dispatcher.request_permission, self),
@@ -253,15 +255,20 @@ class Session:
     def new_child(self, config: SessionConfig, profile: Profile, call_id: str,
                   budget: Budget | None = None) -> Session:
         """What the manager asks for: a child session, not started."""
-        source = {"subsession": {"parent_session_id": self.session_id, "depth": self.depth + 1,
-                                 "session_type": profile.name, "call_id": call_id}}
         return Session(self.runtime, config, parent=self, profile=profile, call_id=call_id,
-                       source=source, tool_context=self.child_tool_context(), budget=budget)
+                       source="subagent", tool_context=self.child_tool_context(),
+                       budget=budget)
 
     def hand_over_head(self) -> None:
         """A spawned child's first lines to the writer, before its parent's line naming it."""
         self.write_meta()
         self.recorder.flush()
+
+    @property
+    def sandbox_policy(self) -> dict[str, Any]:
+        if self.tool_context is not None:
+            return self.tool_context.sandbox_policy()
+        return sandbox_policy(self.config.sandbox, self.config.network_access)
 
     @property
     def cancel_requested(self) -> bool:
@@ -375,6 +382,8 @@ class Session:
             model_provider=self.runtime.model_provider, instructions=self.instructions,
             session_type=self.profile.name if self.profile is not None else None,
             forked_from=self.forked_from,
+            spawn=None if self.parent is None else {
+                "parent": self.parent.session_id, "depth": self.depth, "call_id": self.call_id},
         ))
         for note in self._notes:
             self.recorder.event(note)

@@ -8,6 +8,7 @@ every path. The session keeps identity and state; this module is what a task doe
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Protocol
 
 import orjson
@@ -20,6 +21,7 @@ from subsessions.errors import (
     error_text,
 )
 from subsessions.events import emit, listening
+from subsessions.ids import new_session_id
 from subsessions.items import (
     Item,
     developer_message,
@@ -56,6 +58,8 @@ class TaskHost(RouterHost, Protocol):
     @property
     def router(self) -> ToolRouter: ...
     @property
+    def sandbox_policy(self) -> dict[str, Any]: ...  # Codex's shape, for turn_context
+    @property
     def cancel_requested(self) -> bool: ...  # a cancel that came before the first step
 
     def task_begins(self) -> None: ...  # its task runs its first line
@@ -70,13 +74,17 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
                                             "source": host.source})
     record = host.recorder
     approval = "never" if host.is_child else host.config.approval
-    record.record("turn_context", records.turn_context(host.cwd, approval, host.model))
-    record.event({"type": "task_started"})
-    # Exactly one terminal record, on every path: children are ended first (a
-    # cancelled task's children, and any child's children, since nobody could
-    # wait for them any more), and a cancel landing meanwhile makes it an abort.
-    terminal = records.INTERRUPTED
+    turn_id, started = new_session_id(), time.time()
+    record.record("turn_context", records.turn_context(
+        turn_id, host.cwd, approval, host.sandbox_policy, host.model))
+    record.event(records.task_started(turn_id, started))
+    # Exactly one ending, on every path: children are ended first (a cancelled task's
+    # children, and any child's children, since nobody could wait for them any more), and
+    # a cancel landing meanwhile makes it an abort.
+    ending = records.interrupted(turn_id, started)
     answer: str | None = None
+    cancelled = False
+    since = len(host.history)
     host.task_begins()
     try:
         if host.budget_stop is not None:  # stopped by a budget before its first line
@@ -92,35 +100,35 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
             answer = await _turns(host)
         finally:
             host.taking_messages = False
-        terminal = records.task_complete(answer)
+        ending = records.completed(turn_id, started, answer)
     except asyncio.CancelledError:
         stop = host.budget_stop
         if stop is not None and _budget_cancelled():
-            terminal = _budget_terminal(stop)
+            ending = _budget_ending(turn_id, started, stop)
             raise _fresh(stop) from None
-        terminal = records.CANCELLED
+        cancelled = True
         raise
     except BudgetExhausted as exc:
-        terminal = _budget_terminal(exc)
+        ending = _budget_ending(turn_id, started, exc)
         raise
     except Exception as exc:
-        terminal = records.task_error(error_text(exc))
+        ending = records.failed(turn_id, started, error_text(exc), _last_answer(host, since))
         raise
     finally:
         try:
-            budget = records.is_budget_limited(terminal)
-            if host.subsessions.has_children and (
-                terminal is records.CANCELLED or host.is_child or budget
-            ):
-                await host.subsessions.abort_all_children(
-                    host.budget_stop if budget else None)
+            budget = _budget_limited(ending[-1])
+            if host.subsessions.has_children and (cancelled or host.is_child or budget):
+                await host.subsessions.abort_all_children(host.budget_stop if budget else None)
         except asyncio.CancelledError:
-            terminal = records.CANCELLED
+            cancelled = True
             raise
         finally:
-            record.event(terminal)
+            if cancelled:
+                ending = records.cancelled(turn_id, started, _cancelled_by(host))
+            for event in ending:
+                record.event(event)
             host.task_ended()
-            _announce_end(host, terminal)
+            _announce_end(host, ending[-1])
     return answer
 
 
@@ -137,8 +145,12 @@ def _fresh(stop: BudgetExhausted) -> BudgetExhausted:
     return BudgetExhausted(stop.kind, stop.limit)
 
 
-def _budget_terminal(stop: BudgetExhausted) -> dict[str, Any]:
-    return records.budget_limited(stop.kind, stop.limit, str(stop))
+def _budget_ending(turn_id: str, started: float, stop: BudgetExhausted) -> list[dict[str, Any]]:
+    return records.budget_limited(turn_id, started, stop.kind, stop.limit, str(stop))
+
+
+def _budget_limited(terminal: dict[str, Any]) -> bool:
+    return terminal.get("reason") == "budget_limited"
 
 
 def _budget_cancelled() -> bool:
@@ -160,6 +172,20 @@ def _check(host: TaskHost, reached: tuple[Meter, BudgetExhausted] | None) -> Non
     raise _fresh(error)
 
 
+def _cancelled_by(host: TaskHost) -> str:
+    if host.runtime.closed:
+        return "close"
+    return "parent" if host.is_child else "host"
+
+
+def _last_answer(host: TaskHost, since: int) -> str | None:
+    """This task's last assistant message so far: a failed task's ending keeps it."""
+    for item in reversed(host.history[since:]):
+        if is_assistant_message(item):
+            return message_text(item)
+    return None
+
+
 async def _prompt_hooks(host: TaskHost, prompt: str, first: bool) -> str:
     dispatcher = host.runtime.dispatcher
     if host.is_child and first:
@@ -171,18 +197,20 @@ async def _prompt_hooks(host: TaskHost, prompt: str, first: bool) -> str:
 
 
 def _announce_end(host: TaskHost, terminal: dict[str, Any]) -> None:
-    kind = terminal["type"]
-    if kind == "error" or records.is_budget_limited(terminal):
-        emit(host.events, "session.error", {"message": terminal["message"]})
+    failure: str | None = (terminal.get("error") or {}).get("message")
+    if _budget_limited(terminal):
+        failure = terminal["message"]
+    kind = "error" if failure is not None else terminal["type"]
+    if failure is not None:
+        emit(host.events, "session.error", {"message": failure})
     else:
         emit(host.events, "session.idle", {"aborted": kind == "turn_aborted"})
     hooks = host.tree.config.hooks
     if hooks is None:
         return
     dispatcher = host.runtime.dispatcher
-    if kind == "error" and hooks.on_error_occurred is not None:
-        _hook_later(host, dispatcher.invoke_hook(host, "on_error_occurred",
-                                                 {"error": terminal["message"]}))
+    if failure is not None and hooks.on_error_occurred is not None:
+        _hook_later(host, dispatcher.invoke_hook(host, "on_error_occurred", {"error": failure}))
     if host.is_child and hooks.on_session_end is not None:
         _hook_later(host, dispatcher.invoke_hook(host, "on_session_end", {
             "reason": {"task_complete": "complete", "error": "error"}.get(kind, "abort"),
@@ -269,10 +297,7 @@ def _deliver_notices(host: TaskHost) -> None:
 
 
 def _count(host: TaskHost, usage: TokenUsage) -> None:
-    before = host.token_usage
-    total = host.token_usage = TokenUsage(
-        before.input_tokens + usage.input_tokens, before.output_tokens + usage.output_tokens
-    )
+    total = host.token_usage = host.token_usage + usage
     fallback = host.answered_by if host.answered_by != host.model else None
     host.recorder.event(records.token_count(usage.as_dict(), total.as_dict(), fallback))
     if host.is_child and listening(host.events):  # a host's live meter of each child

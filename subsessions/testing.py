@@ -275,11 +275,14 @@ def events(rollout: Rollout) -> list[dict[str, Any]]:
     return [r["payload"] for r in rollout.records if r["type"] == "event_msg"]
 
 
+_TURN_FIELDS = ("turn_id", "started_at", "completed_at", "duration_ms")
+
+
 def plain_ending(event: dict[str, Any]) -> dict[str, Any]:
-    """A terminal record as a test states it: without its `turn_id`, and a cancel (Codex's
-    `interrupted` with our `cancelled_by`) as `{"type": "turn_aborted", "reason": "cancelled"}`.
-    """
-    event = {k: v for k, v in event.items() if k != "turn_id"}
+    """A terminal record as a test states it: without its turn id and times, and a cancel
+    (Codex's `interrupted` with our `cancelled_by`) as `{"type": "turn_aborted", "reason":
+    "cancelled"}`."""
+    event = {k: v for k, v in event.items() if k not in _TURN_FIELDS}
     if event.get("type") == "turn_aborted" and event.pop("cancelled_by", None) is not None:
         event["reason"] = "cancelled"
     return event

@@ -155,7 +155,7 @@ def test_rollouts_list_json(demo: tuple[Path, list[str]], tmp_path: Path) -> Non
     assert {r["status"] for r in rows} == {"completed", "cancelled"}  # the demo cancels one
     children = [i for i in ids[::-1] if whole[i].parent_id == ids[0]]
     assert len(children) == 4
-    filtered = cli("rollouts", "list", "--json", "--parent", ids[0][:13], "--home", str(home),
+    filtered = cli("rollouts", "list", "--json", "--parent", ids[0][:18], "--home", str(home),
                    cwd=tmp_path)
     assert [orjson.loads(line)["id"] for line in filtered.stdout.splitlines()] == children
 

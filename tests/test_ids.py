@@ -26,6 +26,16 @@ def test_uuid7_timestamp_is_now() -> None:
     assert before <= uuid.UUID(sid).int >> 80 <= after
 
 
+def test_a_burst_of_ids_keeps_the_clocks_timestamp() -> None:
+    """Thousands of ids in a few milliseconds (a fan-out, each task's turn id) sort in order
+    and still carry the time they were made, not one pushed a millisecond ahead per id."""
+    before = time.time_ns() // 1_000_000
+    ids = [new_session_id() for _ in range(20_000)]
+    after = time.time_ns() // 1_000_000
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert before <= uuid.UUID(ids[-1]).int >> 80 <= after + 5  # 4,096 a millisecond at most
+
+
 def test_ids_sort_in_creation_order() -> None:
     ids = [new_session_id() for _ in range(5000)]
     assert len(set(ids)) == len(ids)

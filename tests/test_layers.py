@@ -109,7 +109,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "tools.apply_patch", "tools.approval", "tools.beneath",
         "tools.context", "tools.errors", "tools.files", "tools.limits", "tools.patch",
         "tools.patch_commit",
-        "tools.sandbox", "tools.shell"),
+        "tools.sandbox", "tools.seccomp", "tools.shell"),
     3: ("dispatch", "runtime"),
     4: ("composition", "manager"),
     5: ("handlers.subsessions", "router", "task"),

@@ -26,6 +26,7 @@ from scripting import (
     events,
     first_prompt,
     outputs,
+    plain_ending,
     rollout_of,
     spawn_held,
     terminals,
@@ -319,7 +320,7 @@ async def test_cancelling_a_child_cancels_its_grandchild_first(
     assert terminals(child) == [{"type": "turn_aborted", "reason": "cancelled"}]
 
     # the grandchild had settled before the child recorded its own abort
-    child_events = events(child)
+    child_events = [plain_ending(e) for e in events(child)]
     settled = child_events.index(
         {"type": "background_event", "message": f"child session {ids['grandchild']} cancelled"}
     )
@@ -706,7 +707,5 @@ async def test_the_result_is_on_disk_when_wait_returns(parent: Session, script: 
         result = await parent.subsessions.wait_child(cid)
         rollout = read_rollout(parent.subsessions.info(cid).rollout_path)  # no await between
         assert result == f"result number {n}"
-        assert rollout.events("task_complete") == [
-            {"type": "task_complete", "last_agent_message": result}
-        ]
+        assert terminals(rollout) == [{"type": "task_complete", "last_agent_message": result}]
         assert rollout.status == "completed"

@@ -161,7 +161,14 @@ def items(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def last_event(records: list[dict[str, Any]]) -> dict[str, Any]:
-    return plain_ending(events(records)[-1])
+    """The last event, plain; a failure as its `error` (the `task_complete` carrying the
+    same error that Codex reads follows it)."""
+    found = events(records)
+    if found[-1]["type"] == "task_complete" and "error" in found[-1]:
+        assert found[-1]["error"] == {"message": found[-2]["message"],
+                                      "codex_error_info": "other"}
+        found = found[:-1]
+    return plain_ending(found[-1])
 
 
 async def flushed(engine: Engine, *sessions: Session) -> None:
@@ -190,7 +197,8 @@ def worker_only(reply: Callable[[Recorded], Reply]) -> Callable[[Recorded], Repl
 async def test_text_answer_and_its_token_count(
     fake_openai: FakeOpenAI, engine: Engine, api: Api, home: Path
 ) -> None:
-    fake_openai.reply_with(text("Hello, streaming world", pieces=4).with_usage(21, 4))
+    fake_openai.reply_with(
+        text("Hello, streaming world", pieces=4).with_usage(21, 4, reasoning=3, cached=5))
     parent = await parent_session(engine)
 
     assert await parent.send_and_wait("say hello") == "Hello, streaming world"
@@ -203,9 +211,11 @@ async def test_text_answer_and_its_token_count(
     assert user_texts(request) == ["say hello"]
     records = rollouts(home)[parent.session_id]
     [count] = events(records, "token_count")
-    assert count["info"]["last_token_usage"] == {
+    assert count["info"]["last_token_usage"] == {  # Codex's five counts, as reported
         "input_tokens": 21,
+        "cached_input_tokens": 5,
         "output_tokens": 4,
+        "reasoning_output_tokens": 3,
         "total_tokens": 25,
     }
     assert count["info"]["total_token_usage"]["total_tokens"] == 25
@@ -232,7 +242,9 @@ async def test_token_counts_add_up_over_turns(
     assert [c["info"]["last_token_usage"]["total_tokens"] for c in counts] == [107, 132]
     assert counts[-1]["info"]["total_token_usage"] == {
         "input_tokens": 230,
+        "cached_input_tokens": 0,
         "output_tokens": 9,
+        "reasoning_output_tokens": 0,
         "total_tokens": 239,
     }
 

@@ -38,6 +38,7 @@ from subsessions.ids import new_session_id
 from subsessions.items import assistant_message, user_message
 from subsessions.rollouts import list_rollouts, read_rollout, rollout_files
 from subsessions.rollouts.recorder import rollout_path
+from subsessions.testing import plain_ending
 
 INSTRUCTIONS = "Answer about the weather, briefly."
 FIRST_PROMPT = "What is the weather in Paris?"
@@ -248,7 +249,14 @@ async def test_resume_appends_a_new_task_to_the_same_file(home: Path) -> None:
     assert session_id in events[0]["message"]
     assert kinds.count("task_started") == 1
     terminal = [e for e in events if e["type"] in ("task_complete", "error", "turn_aborted")]
-    assert terminal == [{"type": "task_complete", "last_agent_message": "Also sunny in Rome."}]
+    assert [plain_ending(e) for e in terminal] == [
+        {"type": "task_complete", "last_agent_message": "Also sunny in Rome."}]
+    # the resumed task is a turn of its own: a new turn id on its context, start and end
+    started = next(e for e in events if e["type"] == "task_started")
+    context = next(r["payload"] for r in appended if r["type"] == "turn_context")
+    old_turns = {r["payload"].get("turn_id") for r in every[:len(old_lines)]} - {None}
+    assert started["turn_id"] == context["turn_id"] == terminal[0]["turn_id"]
+    assert started["turn_id"] not in old_turns
     assert {"type": "user_message", "message": "And in Rome?"} in events
     context = next(r for r in appended if r["type"] == "turn_context")
     assert context["payload"]["pid"] == os.getpid()
@@ -796,8 +804,8 @@ async def test_resuming_a_session_already_open_in_the_engine_is_refused(
     added = after[len(before):]
     # the refused attempts left no trace in the open session's transcript
     assert b"resumed" not in added, added.decode()
-    assert records(path)[-1]["payload"] == {"type": "task_complete",
-                                            "last_agent_message": "fine"}
+    assert plain_ending(records(path)[-1]["payload"]) == {"type": "task_complete",
+                                                          "last_agent_message": "fine"}
 
 
 async def test_forking_a_session_open_in_the_engine_is_allowed(home: Path) -> None:

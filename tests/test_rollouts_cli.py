@@ -74,7 +74,7 @@ def normalise(text: str, names: dict[str, str]) -> str:
 
 def test_show_is_a_readable_transcript(run: Run, tree: dict[str, str]) -> None:
     parent = next(i for i, n in tree.items() if n == "<P>")
-    code, out, err = run("rollouts", "show", parent[:13])
+    code, out, err = run("rollouts", "show", parent[:18])
     assert (code, err) == (0, "")
     header, _, transcript = normalise(out, tree).partition("\n-- task started")
     assert header.splitlines()[0] == "session <P>  (exec)"
@@ -113,7 +113,7 @@ def test_tree_nests_three_levels(run: Run, tree: dict[str, str]) -> None:
         "    └── <G>  mathematician completed   <dur>\n"
     )
     child = next(i for i, n in tree.items() if n == "<C>")
-    code, out, _ = run("rollouts", "tree", child[:13])
+    code, out, _ = run("rollouts", "tree", child[:18])
     assert normalise(out, tree) == (
         "<C>  default       completed   <dur>\n"
         "└── <G>  mathematician completed   <dur>\n"
@@ -146,7 +146,7 @@ def test_list_table_and_json(run: Run, tree: dict[str, str]) -> None:
 
 def test_list_filters_and_pages(run: Run, tree: dict[str, str]) -> None:
     parent, child, grandchild = sorted(tree)
-    _, out, _ = run("rollouts", "list", "--json", "--parent", parent[:13])
+    _, out, _ = run("rollouts", "list", "--json", "--parent", parent[:18])
     assert [orjson.loads(line)["id"] for line in out.splitlines()] == [child]
     _, out, _ = run("rollouts", "list", "--json", "--source", "exec")
     assert [orjson.loads(line)["id"] for line in out.splitlines()] == [parent]

@@ -215,3 +215,74 @@ def test_the_cgroups_of_a_killed_engine_are_removed_by_the_next(tmp_path: Path) 
     subprocess.run([sys.executable, "-c", program, str(tmp_path), "end"], timeout=60,
                    check=True)
     assert not [folder for folder in left if folder.exists()]
+
+
+# -- no set-user-id files, no file capabilities (a root engine's files are root's) ----------
+SETUID_ATTEMPTS = {
+    "chmod u+s": "cp /bin/true ./planted && chmod u+s ./planted",
+    "chmod g+s numeric": "cp /bin/true ./planted && chmod 2755 ./planted",
+    "python os.chmod": (
+        "cp /bin/true ./planted && python3 -c \"import os; os.chmod('planted', 0o4755)\""),
+    "created set-uid by open": (
+        "python3 -c \"import os; os.close(os.open('planted', os.O_CREAT | os.O_WRONLY, 0o4755))\""
+    ),
+    "mknod set-uid": "python3 -c \"import os, stat; os.mknod('planted', stat.S_IFREG | 0o6755)\"",
+    "install -m": "install -m 4755 /bin/true ./planted",
+}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("how", SETUID_ATTEMPTS)
+async def test_no_set_user_id_file_can_be_made(ws: Path, how: str) -> None:
+    """As root a set-uid file made in a writable root would be root's, outside the sandbox:
+    any local user running it would be root. The mode change fails, whatever the call."""
+    result = await run(ToolContext(cwd=str(ws), sandbox="workspace-write"),
+                       ["sh", "-c", SETUID_ATTEMPTS[how]])
+    planted = ws / "planted"
+    if planted.exists():
+        assert not planted.stat().st_mode & 0o6000, (how, oct(planted.stat().st_mode), result)
+    assert result["metadata"]["exit_code"] != 0 or not planted.exists(), result
+
+
+@needs_bwrap
+async def test_no_file_capability_can_be_set(ws: Path) -> None:
+    script = ("cp /bin/true ./planted && python3 -c \"import os; "
+              "os.setxattr('planted', 'security.capability', "
+              "bytes.fromhex('0100000201000000000000000000000000000000'))\"")
+    result = await run(ToolContext(cwd=str(ws), sandbox="workspace-write"), ["sh", "-c", script])
+    assert result["metadata"]["exit_code"] != 0
+    assert "security.capability" not in os.listxattr(ws / "planted")
+
+
+@needs_bwrap
+async def test_ordinary_modes_and_files_still_work(ws: Path) -> None:
+    script = ("cp /bin/true ./tool && chmod 755 ./tool && ./tool && mkdir -p d && chmod 700 d "
+              "&& printf hi > d/f && chmod 600 d/f && cat d/f")
+    result = await run(ToolContext(cwd=str(ws), sandbox="workspace-write"), ["sh", "-c", script])
+    assert (result["metadata"]["exit_code"], result["output"]) == (0, "hi"), result
+    assert (ws / "tool").stat().st_mode & 0o777 == 0o755
+
+
+# -- the engine's home stays read-only when it lies inside a writable root -----------------
+@needs_bwrap
+async def test_a_home_inside_the_workspace_cannot_be_written_by_tools(tmp_path: Path) -> None:
+    """A home in the workspace (or /tmp): a command that wrote its config.toml would name an
+    MCP server the next run starts unsandboxed. Shell and apply_patch both refuse."""
+    workspace = tmp_path / "ws"
+    home = workspace / ".subsessions-home"
+    workspace.mkdir()
+    script = ScriptedModel([[{"type": "function_call", "name": "shell", "arguments": {
+        "command": ["sh", "-c", "echo '[mcp_servers.x]' >> .subsessions-home/config.toml; "
+                    "touch .subsessions-home/planted; touch ok"]}}], [
+        {"type": "function_call", "name": "apply_patch", "arguments": {"patch": (
+            "*** Begin Patch\n*** Add File: .subsessions-home/config.toml\n+[mcp_servers.y]\n"
+            "*** End Patch\n")}}], ["done"]])
+    async with Engine(home=home, model_client=script) as engine:
+        session = await engine.create_session(SessionConfig(
+            cwd=str(workspace), builtin_tools=True, approval="never"))
+        assert await session.send_and_wait("try") == "done"
+    assert (workspace / "ok").exists()  # the workspace itself stays writable
+    assert not (home / "config.toml").exists() and not (home / "planted").exists()
+    outputs = [item["output"] for item in script.requests[-1].items
+               if item.get("type") == "function_call_output"]
+    assert "stays read-only in the sandbox" in outputs[-1], outputs

@@ -58,6 +58,7 @@ from subsessions import (
 from subsessions.events import SessionEvent
 from subsessions.ids import new_session_id
 from subsessions.rollouts.reader import find_rollout, read_rollout
+from subsessions.testing import terminals
 
 MAX_CHILDREN = 4
 WORKER = Profile(name="worker", developer_instructions="work")
@@ -351,8 +352,7 @@ class ManagerMachine(RuleBasedStateMachine):
                 notes_of[parent] = self._notes(str(parent))
             notes = notes_of[parent]
             rollout = read_rollout(find_rollout(self.home, cid))
-            ends = rollout.events("task_complete")
-            ends += rollout.events("turn_aborted") + rollout.events("error")
+            ends = terminals(rollout)
             assert len(ends) == 1, (cid, state, ends)
             [end] = ends
             if state[0] == "done":

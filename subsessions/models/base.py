@@ -11,17 +11,34 @@ from subsessions.items import Item
 
 @frozen
 class TokenUsage:
+    """What the model reported for a call (or a running total): Codex's five counts.
+
+    `cached_input_tokens` is part of `input_tokens`, `reasoning_output_tokens` part of
+    `output_tokens`, as both wire APIs report them."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    reasoning_output_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+            self.reasoning_output_tokens + other.reasoning_output_tokens,
+        )
+
     def as_dict(self) -> dict[str, int]:
         return {
             "input_tokens": self.input_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
             "output_tokens": self.output_tokens,
+            "reasoning_output_tokens": self.reasoning_output_tokens,
             "total_tokens": self.total_tokens,
         }
 

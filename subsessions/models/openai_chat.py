@@ -107,10 +107,7 @@ class OpenAIChatModel(OpenAIModel):
                 if chunk is None:
                     break
                 if chunk.usage is not None:
-                    usage = TokenUsage(
-                        input_tokens=chunk.usage.prompt_tokens or 0,
-                        output_tokens=chunk.usage.completion_tokens or 0,
-                    )
+                    usage = _usage(chunk.usage)
                 for choice in chunk.choices or ():
                     delta = choice.delta
                     if delta is not None:
@@ -166,3 +163,10 @@ def _items(text: list[str], reasoning: list[str], calls: dict[int, _Call]) -> tu
             )
         )
     return tuple(items)
+
+
+def _usage(reported: Any) -> TokenUsage:
+    cached = getattr(reported.prompt_tokens_details, "cached_tokens", None)
+    reasoning = getattr(reported.completion_tokens_details, "reasoning_tokens", None)
+    return TokenUsage(reported.prompt_tokens or 0, reported.completion_tokens or 0,
+                      cached or 0, reasoning or 0)

@@ -108,10 +108,7 @@ class OpenAIResponsesModel(OpenAIModel):
                 elif kind in ("response.completed", "response.incomplete"):
                     response = event.response
                     if response.usage is not None:
-                        usage = TokenUsage(
-                            input_tokens=response.usage.input_tokens,
-                            output_tokens=response.usage.output_tokens,
-                        )
+                        usage = _usage(response.usage)
                     if not items:  # a server that only reports the final response
                         for raw in response.output:
                             item = from_responses_output(raw.model_dump(mode="json"))
@@ -131,3 +128,10 @@ def _event_error(event: Any) -> str:
     if error is not None:
         return str(getattr(error, "message", error))
     return str(getattr(event, "message", "") or event)
+
+
+def _usage(reported: Any) -> TokenUsage:
+    cached = getattr(reported.input_tokens_details, "cached_tokens", None)
+    reasoning = getattr(reported.output_tokens_details, "reasoning_tokens", None)
+    return TokenUsage(reported.input_tokens or 0, reported.output_tokens or 0,
+                      cached or 0, reasoning or 0)

@@ -102,7 +102,7 @@ class _Plan:
 
     def __attrs_post_init__(self) -> None:
         self.roots = sandbox.writable_roots(self.context)
-        self.protected = sandbox.read_only_subpaths(self.roots)
+        self.protected = sandbox.read_only_subpaths(self.roots, self.context)
 
     def problem(self, resolved: str) -> str | None:
         if resolved in self.approved:

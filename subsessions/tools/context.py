@@ -69,6 +69,9 @@ class ToolContext:
     approval: str = field(default="never", validator=_one_of("approval", APPROVAL_POLICIES))
     ask_permission: AskPermission | None = None
     writable_roots: tuple[str, ...] = field(default=(), converter=_paths)
+    # Read-only even inside a writable root: the engine's home (its config.toml names MCP
+    # servers that run unsandboxed next time; its rollouts are the record of the run)
+    read_only_paths: tuple[str, ...] = field(default=(), converter=_paths)
     output_budget_bytes: int = field(default=64 * 1024, validator=_positive)
     # Codex's switches to keep $TMPDIR and /tmp out of the writable roots of workspace-write
     exclude_tmpdir_env_var: bool = False
@@ -76,6 +79,22 @@ class ToolContext:
     env_policy: EnvPolicy = field(factory=EnvPolicy)  # what of our environment commands get
     max_processes: int = 1024  # per sandboxed command (RLIMIT_NPROC in its user namespace)
 
+    def sandbox_policy(self) -> dict[str, Any]:
+        return sandbox_policy(self.sandbox, self.network_access, self.writable_roots,
+                              self.exclude_tmpdir_env_var, self.exclude_slash_tmp)
+
     def for_child(self) -> ToolContext:
         """The same workspace and sandbox, approvals forced non-interactive (DESIGN 4)."""
         return attrs.evolve(self, approval="never", ask_permission=None)
+
+
+def sandbox_policy(
+    mode: str, network_access: bool = False, writable_roots: tuple[str, ...] = (),
+    exclude_tmpdir_env_var: bool = False, exclude_slash_tmp: bool = False,
+) -> dict[str, Any]:
+    """A sandbox mode in Codex's `sandbox_policy` shape (what its `turn_context` needs)."""
+    if mode != "workspace-write":
+        return {"type": mode}
+    return {"type": mode, "writable_roots": list(writable_roots),
+            "network_access": network_access, "exclude_tmpdir_env_var": exclude_tmpdir_env_var,
+            "exclude_slash_tmp": exclude_slash_tmp}

@@ -57,13 +57,18 @@ def writable_roots(context: ToolContext) -> list[str]:
     return roots
 
 
-def read_only_subpaths(roots: list[str]) -> list[str]:
-    """`.git` (a directory or a worktree's file) directly inside a writable root."""
+def read_only_subpaths(roots: list[str], context: ToolContext) -> list[str]:
+    """`.git` (a directory or a worktree's file) directly inside a writable root, and the
+    context's read-only paths (the engine's home) that lie inside one."""
     found = []
     for root in roots:
         git = os.path.join(root, ".git")
         if os.path.lexists(git) and not os.path.islink(git):
             found.append(git)
+    for path in context.read_only_paths:
+        real = os.path.realpath(path)
+        if os.path.isdir(real) and any(_inside(real, root) for root in roots):
+            found.append(real)
     return found
 
 
@@ -83,7 +88,7 @@ def write_problem(context: ToolContext, resolved: str) -> str | None:
             "it is outside the writable roots of the workspace-write sandbox "
             f"({', '.join(roots)})"
         )
-    for protected in read_only_subpaths(roots):
+    for protected in read_only_subpaths(roots, context):
         if _inside(resolved, protected):
             return f"{protected} stays read-only in the sandbox"
     return None
@@ -122,11 +127,13 @@ def find_bwrap() -> str:
 
 
 def bwrap_argv(
-    context: ToolContext, argv: list[str], workdir: str, status_fd: int
+    context: ToolContext, argv: list[str], workdir: str, status_fd: int,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The bubblewrap command running `argv` in `workdir` under the context's sandbox.
 
     bwrap writes JSON lines to `status_fd`; an `exit-code` line means the command ran.
+    `seccomp_fd` holds the system-call filter (`seccomp.py`).
     """
     if context.sandbox == "danger-full-access":
         raise ValueError("danger-full-access runs commands without bubblewrap")
@@ -146,12 +153,14 @@ def bwrap_argv(
     ]
     if _knows_disable_userns(args[0]):  # no nested user namespace to regain capabilities in
         args.append("--disable-userns")
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     if context.sandbox == "read-only" or not context.network_access:
         args.append("--unshare-net")
     roots = writable_roots(context)
     for root in sorted(roots, key=len):  # parents first, so a nested bind stays on top
         args += ["--bind", root, root]
-    for protected in read_only_subpaths(roots):
+    for protected in read_only_subpaths(roots, context):
         args += ["--ro-bind", protected, protected]
     args += ["--chdir", workdir, "--json-status-fd", str(status_fd), "--"]
     return [*args, *limits.inside(context.max_processes), *argv]

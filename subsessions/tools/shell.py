@@ -22,7 +22,7 @@ import orjson
 
 from subsessions.environment import command_environment
 from subsessions.errors import InvalidArguments
-from subsessions.tools import limits, sandbox
+from subsessions.tools import limits, sandbox, seccomp
 from subsessions.tools.approval import approve_shell
 from subsessions.tools.context import ToolContext
 from subsessions.tools.errors import (
@@ -158,13 +158,16 @@ async def _run_sandboxed(
     budget: int,
 ) -> ProcessResult:
     status_read, status_write = os.pipe()
+    filter_fd = None
     try:
-        argv = sandbox.bwrap_argv(context, command, workdir, status_write)
+        filter_fd = seccomp.filter_fd()
+        argv = sandbox.bwrap_argv(context, command, workdir, status_write, filter_fd)
+        passed = (status_write,) if filter_fd is None else (status_write, filter_fd)
         try:
             with limits.process_cgroup(context.max_processes) as procs:
                 result = await run_process(
                     limits.limited(argv, procs), cwd=workdir, env=env,
-                    timeout=timeout_ms / 1000, budget=budget, pass_fds=(status_write,),
+                    timeout=timeout_ms / 1000, budget=budget, pass_fds=passed,
                 )
         except OSError as exc:
             raise SandboxUnavailable(
@@ -172,8 +175,9 @@ async def _run_sandboxed(
             ) from None
         status = _read_available(status_read)
     finally:
-        os.close(status_read)
-        os.close(status_write)
+        for fd in (status_read, status_write, filter_fd):
+            if fd is not None:
+                os.close(fd)
     if not result.timed_out and not _command_ran(status):
         said = (result.head + result.tail)[:1000].decode("utf-8", "replace").strip()
         raise SandboxUnavailable(

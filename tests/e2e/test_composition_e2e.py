@@ -643,7 +643,8 @@ async def test_depth_three_runs_a_great_grandchild_and_stops_there(
         assert set(script.seen[f"level {n}"][0].tool_names) >= SUBSESSION_TOOLS
     great = script.seen["level 3"][0]
     assert SUBSESSION_TOOLS.isdisjoint(great.tool_names)  # at the limit: not offered
-    assert rollout_of(home, great.session_id).meta["source"]["subsession"]["depth"] == 3
+    spawn = rollout_of(home, great.session_id).meta["source"]["subagent"]["thread_spawn"]
+    assert spawn["depth"] == 3
 
 
 async def test_a_profile_cannot_raise_its_own_depth_limit(

@@ -44,7 +44,11 @@ def run_args(home: Path, base_url: str, prompt: str, *extra: str) -> list[str]:
 
 
 def last_event(records: list[dict[str, Any]]) -> dict[str, Any]:
-    return plain_ending([r["payload"] for r in records if r["type"] == "event_msg"][-1])
+    """The last event, plain; a failure as its `error` (before Codex's `task_complete`)."""
+    found = [r["payload"] for r in records if r["type"] == "event_msg"]
+    if found[-1]["type"] == "task_complete" and "error" in found[-1]:
+        found = found[:-1]
+    return plain_ending(found[-1])
 
 
 def is_worker(request: Recorded) -> bool:

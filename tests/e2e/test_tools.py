@@ -30,6 +30,7 @@ from scripting import (
     events,
     failure,
     outputs,
+    plain_ending,
     rollout_of,
     script,
     spawned,
@@ -76,15 +77,26 @@ async def drive(
 
 
 def assert_one_terminal_per_task(rollout: Rollout) -> list[str]:
-    """Every task_started is followed by exactly one terminal record before the next one."""
+    """Every task_started is followed by exactly one terminal record before the next one,
+    each carrying the turn id its task_started gave (a failure's `error` + `task_complete`
+    pair is one ending: the second repeats the first's error for Codex)."""
     endings: list[str] = []
     open_task = False
+    turn = None
+    previous: dict[str, Any] = {}
     for event in events(rollout):
+        if event["type"] == "task_complete" and "error" in event:
+            assert previous["type"] == "error" and previous["turn_id"] == event["turn_id"]
+            assert event["error"] == {"message": previous["message"], "codex_error_info": "other"}
+            continue
+        previous = event
         if event["type"] == "task_started":
+            turn = event["turn_id"]
             assert not open_task, "a task started before the previous one ended"
             open_task = True
         elif event["type"] in TERMINAL:
             assert open_task, f"{event['type']} outside a task"
+            assert event["turn_id"] == turn
             open_task = False
             endings.append(event["type"])
     assert not open_task, "a task never ended"
@@ -529,7 +541,8 @@ async def test_the_parents_rollout_line_by_line(engine: Engine, script: Script, 
     }
     assert items[4]["call_id"] == "call_wait"
     assert orjson.loads(items[4]["output"]) == {"result": "job result"}
-    assert records[-1]["payload"] == {"type": "task_complete", "last_agent_message": "parent done"}
+    assert plain_ending(records[-1]["payload"]) == {
+        "type": "task_complete", "last_agent_message": "parent done"}
 
 
 async def test_the_childs_rollout(engine: Engine, script: Script, home: Path) -> None:
@@ -544,16 +557,14 @@ async def test_the_childs_rollout(engine: Engine, script: Script, home: Path) ->
     cid = spawned(outs)
     child = rollout_of(home, cid)
     assert child.meta["id"] == cid
-    assert child.meta["source"] == {
-        "subsession": {
-            "parent_session_id": parent.session_id,
-            "depth": 1,
-            "session_type": "worker",
-            "call_id": "call_create",
-        }
-    }
+    assert child.meta["source"] == {"subagent": {"thread_spawn": {
+        "parent_thread_id": parent.session_id, "depth": 1, "agent_role": "worker",
+        "agent_nickname": None, "agent_path": None,
+    }}}
+    assert child.meta["parent_thread_id"] == parent.session_id
+    assert child.meta["subsession"] == {"call_id": "call_create"}
     assert child.meta["session_type"] == "worker"
-    assert child.meta["instructions"] == "You are a worker."
+    assert child.meta["base_instructions"] == {"text": "You are a worker."}
     assert child.meta["model"] == "gpt-test"
     assert child.parent_id == parent.session_id
     assert assert_one_terminal_per_task(child) == ["task_complete"]
@@ -622,7 +633,12 @@ async def test_ending_a_waiting_parent_cancels_its_child(
     for session_id in (parent.session_id, child.session_id):
         rollout = rollout_of(home, session_id)
         assert assert_one_terminal_per_task(rollout) == ["turn_aborted"]
-        assert rollout.events("turn_aborted") == [{"type": "turn_aborted", "reason": "cancelled"}]
+        [aborted] = rollout.events("turn_aborted")
+        assert aborted["reason"] == "interrupted"
+        # a closing engine ends both; otherwise the host ended the parent, which ended its child
+        expected = "close" if how == "engine closes" else (
+            "parent" if session_id == child.session_id else "host")
+        assert aborted["cancelled_by"] == expected
 
 
 async def test_the_parents_task_is_on_disk_when_send_and_wait_returns(
@@ -640,6 +656,6 @@ async def test_the_parents_task_is_on_disk_when_send_and_wait_returns(
     )
     rollout = rollout_of(home, parent.session_id)  # engine still open, no await in between
     assert rollout.status == "completed"
-    assert rollout.events("task_complete") == [
+    assert [plain_ending(e) for e in rollout.events("task_complete")] == [
         {"type": "task_complete", "last_agent_message": "parent done"}
     ]
