@@ -80,8 +80,8 @@ class Session:
         self.token_usage = TokenUsage()
         self.meter: Meter = (
             self.tree.root_meter(self.stop_for_budget) if parent is None else
-            self.tree.child_meter(parent.meter, (budget or Budget()).clamp(config.budget),
-                                  self.stop_for_budget)
+            self.tree.child_meter(parent.meter, budget.clamp(config.budget) if budget
+                                  else config.budget, self.stop_for_budget)
         )
         self.budget_stop: BudgetExhausted | None = None  # the budget stop its task ends with
         self.last_message: str | None = None  # its last assistant message so far

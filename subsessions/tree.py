@@ -16,11 +16,12 @@ from attrs import define, field
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig
 from subsessions.errors import ChildLimitReached, DepthLimitReached
-from subsessions.meter import Meter, Stop
+from subsessions.meter import Alarms, Meter, Stop
 from subsessions.profiles import LoadedProfile, Profile, profile_namespace
 from subsessions.specs import tool_specs
 
 Specs = tuple[dict[str, Any], ...]
+NO_BUDGET = Budget()
 
 
 @define(eq=False)
@@ -29,6 +30,7 @@ class SessionTree:
     _loaded: Mapping[str, LoadedProfile]
     _running: int = field(default=0, init=False)
     meter: Meter | None = field(default=None, init=False)  # the root's: the tree's budget
+    alarms: Alarms = field(factory=Alarms, init=False)  # the tree's limits on seconds
     _root_busy: bool = field(default=False, init=False)  # the root runs a task
     _profiles: dict[str, Profile] | None = field(default=None, init=False)
     _subsession_specs: Specs | None = field(default=None, init=False)
@@ -88,16 +90,15 @@ class SessionTree:
     # -- budgets ------------------------------------------------------------------------------
     def root_meter(self, stop: Stop) -> Meter:
         """The root's meter, counting the whole tree against the root's budget."""
-        self.meter = Meter(self.config.budget or Budget(), None, stop)
+        self.meter = Meter(self.config.budget or NO_BUDGET, None, stop, self.alarms)
         return self.meter
 
-    @staticmethod
-    def child_meter(parent: Meter, budget: Budget | None, stop: Stop) -> Meter:
+    def child_meter(self, parent: Meter, budget: Budget | None, stop: Stop) -> Meter:
         """A child's meter: its budget clamped to what its parent and the tree have left."""
-        limits = budget or Budget()
+        limits = budget or NO_BUDGET
         if parent.active:
             limits = limits.clamp(parent.left()).clamp(parent.root.left())
-        return Meter(limits, parent, stop)
+        return Meter(limits, parent, stop, self.alarms)
 
     def profiles(self) -> dict[str, Profile]:
         """The profiles children of this tree can be spawned from, by name (built once)."""
