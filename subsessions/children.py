@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
+import orjson
 from attrs import define, field, frozen
 
 from subsessions.budget import Budget
@@ -88,6 +89,11 @@ class ChildInfo:
     @property
     def duration_ms(self) -> int | None:
         return None if self.ended_at is None else round((self.ended_at - self.started_at) * 1000)
+
+    def notice(self) -> str:
+        """How a parent's model is told this child ended when it did not wait for it."""
+        body = orjson.dumps({"session_id": self.session_id, **self.outcome()}).decode()
+        return f"<subsession_notification>{body}</subsession_notification>"
 
     def listing(self, now: float | None = None) -> dict[str, Any]:
         """One entry of `list_sessions` (DESIGN 3.1)."""

@@ -95,6 +95,7 @@ class Member(Caller, Protocol):
                   budget: Budget | None = None) -> Member: ...
     def hand_over_head(self) -> None: ...
     def prepare_follow_up(self) -> None: ...
+    def wake(self) -> None: ...
     async def run_task(self, prompt: str) -> str | None: ...
 
 
@@ -240,6 +241,8 @@ class SubsessionManager:
             parent, child, record.ending_data
         )
         child.release()  # its ending is on disk: what the API reports stays, the history goes
+        if not parent.is_child:
+            parent.wake()  # wake_on_child_end: an idle top-level parent runs on the notice
 
     # -- queries ----------------------------------------------------------------------------
     def _lookup(self, session_id: str) -> Record:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import time
 from collections.abc import Callable
 from functools import partial
@@ -16,7 +17,7 @@ from typing import Any
 from subsessions import task
 from subsessions.budget import Budget
 from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
-from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy
+from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventHub, EventStream
 from subsessions.ids import new_session_id
 from subsessions.items import Item
@@ -33,6 +34,8 @@ from subsessions.tools import ToolContext, builtin_tools
 from subsessions.tools.context import sandbox_policy
 from subsessions.tree import SessionTree
 from subsessions.usage import Usage
+
+log = logging.getLogger("subsessions")
 
 
 class Phase(enum.Enum):
@@ -333,6 +336,11 @@ class Session:
     async def run_task(self, prompt: str) -> str | None:
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidArguments("send_and_wait", "prompt must be a non-empty string")
+        return await self._run(self._claim(), prompt)
+
+    def _claim(self) -> bool:
+        """The session is running a task from now on (refused if it is); whether it is its
+        first."""
         if self._phase is Phase.RUNNING:
             raise SessionBusy(self.session_id)
         first = not self.started
@@ -342,13 +350,34 @@ class Session:
             self._reload()
         self.write_meta()
         self._phase = Phase.RUNNING
+        return first
+
+    async def _run(self, first: bool, prompt: str) -> str | None:
         try:
             return await task.run(self, prompt, first)
         finally:
             if self._phase is Phase.RUNNING:
                 self._phase = Phase.IDLE
             if self.parent is None:  # a child's flush is awaited by its manager instead
+                self.wake()
                 await self.recorder.flush_durable()
+
+    def wake(self) -> None:
+        """`wake_on_child_end`: children ended unseen while this top-level session is idle,
+        so a task starts whose input is their completion notices (a host never polls)."""
+        if (self.parent is not None or not self.config.wake_on_child_end
+                or self._phase is Phase.RUNNING or self.runtime.closed
+                or not self.subsessions.has_notices):
+            return
+        notices = "\n".join(info.notice() for info in self.subsessions.take_notices())
+        first = self._claim()
+        self.runtime.spawn_task(self._woken(first, notices), f"subsessions-wake-{self.session_id}")
+
+    async def _woken(self, first: bool, notices: str) -> None:
+        try:
+            await self._run(first, notices)
+        except SubsessionError as exc:  # its ending is in the rollout and the events
+            log.info("task woken by a child's ending failed: %s", exc)
 
     def release(self) -> None:
         """Drop what only a task needs (history, tools) once a child has ended and its rollout

@@ -11,8 +11,6 @@ import asyncio
 import time
 from typing import Any, Protocol
 
-import orjson
-
 from subsessions.errors import (
     BudgetExhausted,
     MaxTurnsExceeded,
@@ -287,11 +285,7 @@ async def _turns(host: TaskHost) -> str | None:
 def _deliver_notices(host: TaskHost) -> None:
     """One developer message for each child that ended without being waited for."""
     for info in host.subsessions.take_notices():
-        body = {"session_id": info.session_id, **info.outcome()}
-        payload = orjson.dumps(body).decode()
-        message = developer_message(
-            f"<subsession_notification>{payload}</subsession_notification>"
-        )
+        message = developer_message(info.notice())
         host.history.append(message)
         host.recorder.record("response_item", message)
 

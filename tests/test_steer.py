@@ -340,3 +340,67 @@ async def test_usage_events_meter_each_child_live_and_roll_up_exactly(
             d["total_tokens"] for d in latest.values()) == 12 + 22 + 22 + 120
         assert rolled.turns == own.turns + sum(d["turns"] for d in latest.values()) == 9
 
+
+
+# -- wake_on_child_end ----------------------------------------------------------------------------
+def notified(request: ModelRequest) -> str:
+    """Routes a woken task by its prompt: the notice, or the prompt as usual."""
+    text = user_texts(request)[-1]
+    return "notice" if text.startswith("<subsession_notification>") else text
+
+
+async def test_an_idle_parent_is_woken_by_its_childs_ending(home: Path, watch: Watch) -> None:
+    script = Script(route=notified)
+    woke = asyncio.Event()
+
+    def on_notice(request: ModelRequest) -> Any:
+        woke.set()
+        return ["the tester finished"]
+
+    script.handlers["notice"] = on_notice
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(SessionConfig(custom_agents=(WORKER,),
+                                                         wake_on_child_end=True))
+        root.on(watch)
+        idle = asyncio.Event()
+        root.on(lambda e: idle.set() if e.type == "session.idle"
+                and e.session_id == root.session_id else None)
+        cid = await root.subsessions.spawn_child("worker", "test it")
+        await asyncio.wait_for(idle.wait(), 10)
+        assert woke.is_set()
+        [request] = script.seen["notice"]
+        assert user_texts(request) == [
+            f'<subsession_notification>{{"session_id":"{cid}","status":"done",'
+            '"result":"answer to test it"}</subsession_notification>']
+        assert [e.data["content"] for e in watch.events if e.type == "assistant.message"
+                and e.session_id == root.session_id] == ["the tester finished"]
+        assert await root.send_and_wait("next") == "answer to next"  # idle again
+
+
+async def test_a_busy_parent_reads_the_notice_in_its_own_task_instead(
+    home: Path, script: Script
+) -> None:
+    async def parent(outs: Any) -> Any:
+        return [create("worker", "quick")]
+
+    async def after(outs: Any) -> Any:
+        await asyncio.sleep(0.05)  # the child ends meanwhile: its notice comes next turn
+        return [call("noop")]
+
+    script.play(PARENT_PROMPT, [parent, after])
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(SessionConfig(custom_agents=(WORKER,), tools=(NOOP,),
+                                                         wake_on_child_end=True))
+        assert await root.send_and_wait(PARENT_PROMPT) == "parent done"
+        last = script.seen[PARENT_PROMPT][-1]
+        assert any("<subsession_notification>" in str(i) for i in last.items)
+        assert len(turn_ids(root.session_id, home)) == 1  # no second task was started
+
+
+async def test_without_wake_an_idle_parent_stays_idle(home: Path, script: Script) -> None:
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(CONFIG)
+        cid = await root.subsessions.spawn_child("worker", "x")
+        await root.subsessions.wait_child(cid)
+        await asyncio.sleep(0.05)
+        assert list(script.seen) == ["x"]
