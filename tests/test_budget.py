@@ -175,18 +175,22 @@ async def test_a_child_stopped_by_its_budget_ends_its_own_children_the_same_way(
 
     script.play("boss", [lambda outs: [create("worker", "minion"), tokens(10)], spend])
     async with Engine(home, model_client=script.model) as engine:
-        parent = await engine.create_session(config())
-        manager = parent.subsessions
-        boss = await manager.spawn_child("worker", "boss", budget=Budget(max_tokens=100))
-        with pytest.raises(ChildFailed, match="tokens limit 100 reached"):
-            await manager.wait_child(boss)
-        minion = spawned(outputs(script.seen["boss"][1]))
+        manager, boss, minion = await boss_spent(engine, script)
         info = manager.info(boss)
         assert info.result == "boss is thinking"
         assert "minion" in script.cancelled
         assert boss_children(manager, boss) == {minion: ChildStatus.FAILED}
     assert terminals(rollout_of(home, boss)) == [limited("tokens", "100")]
     assert terminals(rollout_of(home, minion)) == [limited("tokens", "100")]
+
+
+async def boss_spent(engine: Engine, script: Script) -> tuple[Any, str, str]:
+    """A `boss` child with 100 tokens, run until its budget stopped it; its minion's id."""
+    manager = (await engine.create_session(config())).subsessions
+    boss = await manager.spawn_child("worker", "boss", budget=Budget(max_tokens=100))
+    with pytest.raises(ChildFailed, match="tokens limit 100 reached"):
+        await manager.wait_child(boss)
+    return manager, boss, spawned(outputs(script.seen["boss"][1]))
 
 
 def boss_children(manager: Any, boss: str) -> dict[str, ChildStatus]:
@@ -203,12 +207,7 @@ async def test_a_grandchilds_tokens_count_against_its_parent_and_stop_both(
         lambda outs: [wait(spawned(outs)), tokens(10)],
     ])
     async with Engine(home, model_client=script.model) as engine:
-        parent = await engine.create_session(config())
-        manager = parent.subsessions
-        boss = await manager.spawn_child("worker", "boss", budget=Budget(max_tokens=100))
-        with pytest.raises(ChildFailed, match="tokens limit 100 reached"):
-            await manager.wait_child(boss)
-        minion = spawned(outputs(script.seen["boss"][1]))
+        manager, boss, minion = await boss_spent(engine, script)
         grand = next(s for s in manager.tree() if s.session_id == minion)
         assert grand.budget == Budget(max_tokens=90)  # clamped to what its parent had left
         assert grand.last_message == "minion working"

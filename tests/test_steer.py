@@ -109,9 +109,12 @@ async def test_list_sessions_takes_no_arguments(home: Path, script: Script) -> N
 
 
 # -- send_message to a running child ------------------------------------------------------------
+@pytest.mark.parametrize("answer", [[call("noop")], ["all done"]], ids=["goes on", "answers"])
 async def test_a_message_to_a_running_child_joins_its_history_before_its_next_model_call(
-    home: Path, script: Script
+    home: Path, script: Script, answer: list[Any]
 ) -> None:
+    """Whether the call in flight asks for a tool or answers, the message comes next (an
+    answer that came with a message waiting gets one more turn: nothing is lost)."""
     script.hold("work")
     script.handlers["also check the tests"] = lambda r: ["checked the tests too"]
     async with Engine(home, model_client=script.model) as engine:
@@ -120,30 +123,15 @@ async def test_a_message_to_a_running_child_joins_its_history_before_its_next_mo
         cid = await manager.spawn_child("worker", "work")
         await script.started("work")
         assert await manager.send_message(cid, "also check the tests") == "queued"
-        script.answer("work", [call("noop")])  # it goes on: the message comes before that
+        script.answer("work", answer)
         assert await manager.wait_child(cid) == "checked the tests too"
         [second] = script.seen["also check the tests"]
         assert user_texts(second) == ["work", "also check the tests"]
-        assert second.items[-1]["role"] == "user"  # after the tool output it asked for
+        assert second.items[-1]["role"] == "user"  # after what the call in flight gave
     recorded = [e["message"] for e in events(rollout_of(home, cid))
                 if e["type"] == "user_message"]
     assert recorded == ["work", "also check the tests"]
     assert len(turn_ids(cid, home)) == 1  # the same task
-
-
-async def test_a_message_that_arrives_while_the_child_answers_gets_one_more_turn(
-    home: Path, script: Script
-) -> None:
-    script.hold("work")
-    script.handlers["one more thing"] = lambda r: ["did the one more thing"]
-    async with Engine(home, model_client=script.model) as engine:
-        root = await engine.create_session(CONFIG)
-        manager = root.subsessions
-        cid = await manager.spawn_child("worker", "work")
-        await script.started("work")
-        assert await manager.send_message(cid, "one more thing") == "queued"
-        script.answer("work", ["all done"])  # a final answer: the message is not lost
-        assert await manager.wait_child(cid) == "did the one more thing"
 
 
 async def test_the_model_steers_a_child_with_send_message(home: Path, script: Script) -> None:

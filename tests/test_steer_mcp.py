@@ -4,7 +4,6 @@ the official `mcp` SDK client, the same as through the model tools and the Pytho
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -14,25 +13,9 @@ pytest.importorskip("mcp")
 
 from fake_openai import FakeOpenAI, fake_openai
 from mcp_support import Children, connect, create, ending, error, ok
+from test_mcp_server import children, errlog
 
-__all__ = ["fake_openai"]
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    path = tmp_path / "server-stderr.log"
-    with path.open("w+") as log:
-        yield log
-    text = path.read_text()
-    if text.strip():
-        print(f"--- subsessions mcp stderr ---\n{text}")
-
-
-@pytest.fixture
-def children(fake_openai: FakeOpenAI) -> Children:
-    script = Children()
-    fake_openai.script = script
-    return script
+__all__ = ["children", "errlog", "fake_openai"]  # the fixtures
 
 
 def limited(kind: str, limit: float) -> dict[str, object]:

@@ -8,34 +8,17 @@ import json
 from pathlib import Path
 
 import openai
-import pytest
-from codex_cli import codex_binary
 from codex_judge import expected, judge_home
 from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, fake_openai, text
 from openai_support import tool_outputs
+from test_codex_judge import _prompt, codex
 
 from subsessions import Engine, Profile, SessionConfig
 from subsessions.models.openai_responses import OpenAIResponsesModel
 
-__all__ = ["fake_openai"]
+__all__ = ["codex", "fake_openai"]  # the fixtures
 
 WORKER = "You are a budgeted worker for the Codex judge."
-
-
-@pytest.fixture(scope="module")
-def codex() -> Path:
-    return codex_binary()
-
-
-def _prompt(request: Recorded) -> str:
-    items = request.body.get("input") or request.body.get("messages") or []
-    for item in reversed(items):
-        if isinstance(item, dict) and item.get("role") == "user":
-            content = item.get("content")
-            if isinstance(content, list):
-                return "".join(str(p.get("text", "")) for p in content)
-            return str(content)
-    return ""
 
 
 def _script(request: Recorded) -> Reply:
