@@ -241,8 +241,8 @@ class SubsessionManager:
             parent, child, record.ending_data
         )
         child.release()  # its ending is on disk: what the API reports stays, the history goes
-        if not parent.is_child:
-            parent.wake()  # wake_on_child_end: an idle top-level parent runs on the notice
+        if parent.config.wake_on_child_end and not parent.is_child:
+            parent.wake()  # an idle top-level parent runs on the notice
 
     # -- queries ----------------------------------------------------------------------------
     def _lookup(self, session_id: str) -> Record:

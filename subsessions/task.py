@@ -89,7 +89,8 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
             raise _fresh(host.budget_stop)
         if host.cancel_requested:
             raise asyncio.CancelledError
-        _check(host, host.meter.spent())
+        if host.meter.active:
+            _check(host, host.meter.spent())
         if host.tree.config.hooks is not None:
             prompt = await _prompt_hooks(host, prompt, first)
         _tell(host, prompt)
@@ -114,9 +115,10 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
         raise
     finally:
         try:
-            budget = _budget_limited(ending[-1])
-            if host.subsessions.has_children and (cancelled or host.is_child or budget):
-                await host.subsessions.abort_all_children(host.budget_stop if budget else None)
+            if host.subsessions.has_children and (
+                    cancelled or host.is_child or _budget_limited(ending[-1])):
+                await host.subsessions.abort_all_children(
+                    host.budget_stop if _budget_limited(ending[-1]) else None)
         except asyncio.CancelledError:
             cancelled = True
             raise
@@ -265,8 +267,9 @@ async def _turns(host: TaskHost) -> str | None:
             elif item.get("type") == "function_call":
                 calls.append(item)
         _count(host, response.usage)
-        _check(host, host.meter.charge(response.usage.total_tokens, bool(calls) or
-                                       bool(host.inbox)))
+        if host.meter.active:
+            _check(host, host.meter.charge(response.usage.total_tokens, bool(calls) or
+                                           bool(host.inbox)))
         if not calls:
             if host.inbox:  # a message came while it answered: one more turn reads it
                 continue

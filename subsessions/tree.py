@@ -60,7 +60,8 @@ class SessionTree:
         """Refuse a child below the depth limit or beyond the tree's running limit."""
         if parent_depth >= self.max_depth:
             raise DepthLimitReached(self.max_depth)
-        self.check_running()
+        if self._running >= self.max_children:
+            raise ChildLimitReached(self.max_children)
 
     def check_running(self) -> None:
         """Refuse one more running child beyond the tree's running limit."""
@@ -69,12 +70,13 @@ class SessionTree:
 
     def child_started(self) -> None:
         self._running += 1
-        if self.meter is not None:
+        if self.meter is not None and self.meter.active:
             self.meter.arm()
 
     def child_ended(self) -> None:
         self._running -= 1
-        self._quiet()
+        if self.meter is not None and self.meter.active:
+            self._quiet()
 
     def root_busy(self, busy: bool) -> None:
         """The root's task started or ended: the tree's clock rings only while work runs."""

@@ -76,10 +76,16 @@ class ScriptedModel:
             raise ModelError(
                 f"scripted response must be a list of items, a str or an exception: {raw!r:.200}"
             )
-        reported = [item for item in raw if _is_usage(item)]
-        output = tuple(self._normalise(item) for item in raw if not _is_usage(item))
-        if reported:
-            usage = _reported_usage(reported[-1])
+        items: list[Item] = []
+        reported: dict[str, Any] | None = None
+        for item in raw:
+            if isinstance(item, dict) and item.get("type") == "usage":
+                reported = item  # what this answer reports, not output
+            else:
+                items.append(self._normalise(item))
+        output = tuple(items)
+        if reported is not None:
+            usage = _reported_usage(reported)
         else:
             usage = self._usage or _estimate_usage(request, output)
         return ModelResponse(output=output, usage=usage)
@@ -112,10 +118,6 @@ class ScriptedModel:
             arguments = orjson.dumps(arguments).decode()
         call_id = item.get("call_id") or f"call_{next(self._call_ids)}"
         return function_call(name, arguments, str(call_id))
-
-
-def _is_usage(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("type") == "usage"
 
 
 def _reported_usage(item: dict[str, Any]) -> TokenUsage:
