@@ -367,9 +367,12 @@ class Session:
         so a task starts whose input is their completion notices (a host never polls)."""
         if (self.parent is not None or not self.config.wake_on_child_end
                 or self._phase is Phase.RUNNING or self.runtime.closed
+                or not self.runtime.registered(self.session_id)
                 or not self.subsessions.has_notices):
             return
         notices = "\n".join(info.notice() for info in self.subsessions.take_notices())
+        if not notices:  # every one of them was seen meanwhile
+            return
         first = self._claim()
         self.runtime.spawn_task(self._woken(first, notices), f"subsessions-wake-{self.session_id}")
 

@@ -340,3 +340,45 @@ async def test_a_budget_and_a_cancel_racing_give_exactly_one_ending(
             else:
                 assert status is ChildStatus.FAILED
                 assert ending == [limited("tokens", "10")]
+
+
+# -- the tree's clock ---------------------------------------------------------------------------
+async def test_many_clocks_ring_in_order_on_one_timer_and_leave_nothing_set(
+    home: Path, script: Script
+) -> None:
+    """Children with different limits on seconds: the held ones end at their own limit, the
+    quick ones end first and take their alarm with them; no alarm outlives its child."""
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(config(max_children=200))
+        manager = root.subsessions
+        held = {}
+        for n in range(6):
+            script.hold(f"held {n}")
+            seconds = 0.1 + 0.05 * (5 - n)  # later ones ring first
+            held[await manager.spawn_child("worker", f"held {n}",
+                                           budget=Budget(max_seconds=seconds))] = seconds
+        quick = [await manager.spawn_child("worker", f"quick {n}",
+                                           budget=Budget(max_seconds=60)) for n in range(150)]
+        for cid in quick:
+            assert await manager.wait_child(cid) == f"answer to quick {quick.index(cid)}"
+        for cid, seconds in held.items():
+            with pytest.raises(ChildFailed, match=f"seconds limit {seconds:g} reached"):
+                await manager.wait_child(cid, timeout=10)
+        assert in_order_of_ending(root, held) == sorted(held, key=held.__getitem__)
+        assert len(root.tree.alarms) == 0
+
+
+def in_order_of_ending(root: Any, ids: dict[str, float]) -> list[str]:
+    infos = [root.subsessions.info(cid) for cid in ids]
+    return [i.session_id for i in sorted(infos, key=lambda i: i.ended_at)]
+
+
+def test_a_profile_run_top_level_gives_its_budget_to_the_tree() -> None:
+    from subsessions.config import derive_config
+
+    capped = Profile(name="capped", budget=Budget(max_turns=3))
+    assert derive_config(SessionConfig(), capped).budget == Budget(max_turns=3)
+    mine = Budget(max_tokens=10)
+    assert derive_config(SessionConfig(budget=mine), capped).budget == mine
+    child = derive_config(SessionConfig(budget=mine), capped, model="m", cwd="/")
+    assert child.budget == Budget(max_turns=3)  # a child's own: clamped at spawn

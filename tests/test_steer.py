@@ -392,3 +392,17 @@ async def test_without_wake_an_idle_parent_stays_idle(home: Path, script: Script
         await root.subsessions.wait_child(cid)
         await asyncio.sleep(0.05)
         assert list(script.seen) == ["x"]
+
+
+async def test_a_destroyed_or_closing_parent_is_not_woken(home: Path, script: Script) -> None:
+    """Children aborted with their parent end seen (no notice), and nothing is started on a
+    session the host destroyed or an engine that closes."""
+    async with Engine(home, model_client=script.model) as engine:
+        config = SessionConfig(custom_agents=(WORKER,), wake_on_child_end=True)
+        gone = await engine.create_session(config)
+        await spawn_held(gone, script, "held by the destroyed")
+        await engine.destroy_session(gone.session_id)
+        closing = await engine.create_session(config)
+        await spawn_held(closing, script, "held at close")
+    assert sorted(script.seen) == ["held at close", "held by the destroyed"]
+    assert sorted(script.cancelled) == ["held at close", "held by the destroyed"]
