@@ -382,3 +382,29 @@ def test_a_profile_run_top_level_gives_its_budget_to_the_tree() -> None:
     assert derive_config(SessionConfig(budget=mine), capped).budget == mine
     child = derive_config(SessionConfig(budget=mine), capped, model="m", cwd="/")
     assert child.budget == Budget(max_turns=3)  # a child's own: clamped at spawn
+
+
+async def test_the_clock_cancels_a_tool_in_flight(home: Path, script: Script) -> None:
+    running = asyncio.Event()
+    cancelled: list[str] = []
+
+    async def slow(arguments: dict[str, Any], invocation: Any) -> str:
+        running.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(invocation.session_id)
+            raise
+        return "never"
+
+    script.handlers["job"] = lambda r: ["calling the slow tool", call("slow")]
+    tools = (Tool("slow", "Takes an hour.", handler=slow),)
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(SessionConfig(custom_agents=(WORKER,), tools=tools))
+        cid = await root.subsessions.spawn_child("worker", "job",
+                                                 budget=Budget(max_seconds=0.3))
+        await asyncio.wait_for(running.wait(), 10)
+        with pytest.raises(ChildFailed, match=r"seconds limit 0\.3 reached"):
+            await root.subsessions.wait_child(cid, timeout=10)
+        assert cancelled == [cid]
+        assert root.subsessions.info(cid).result == "calling the slow tool"

@@ -117,3 +117,37 @@ async def test_a_message_reaches_a_child_between_its_calls_on_the_wire(
         assert await manager.wait_child(cid) == "heard: and base 2?"
         last = fake_openai.requests[-1]
         assert user_texts(last) == ["sum", "use base 10", "and base 2?"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_a_budget_and_a_cancel_racing_over_the_wire_give_one_ending_each(
+    fake_openai: FakeOpenAI, api: Api, home: Path, tmp_path: Path, seed: int
+) -> None:
+    """Children whose streamed usage spends their budget while the parent cancels them a
+    varying moment later: every child ends once, and its status is its rollout's ending."""
+    n = 8
+
+    def script(request: Recorded) -> Reply:
+        return adds()  # 40 tokens: over each child's budget of 10 at its first answer
+
+    fake_openai.script = script
+    async with engine_on(fake_openai, api, home, tmp_path) as engine:
+        parent = await engine.create_session(CONFIG)
+        manager = parent.subsessions
+        ids = [await manager.spawn_child("worker", f"job {i}", budget=Budget(max_tokens=10))
+               for i in range(n)]
+
+        async def cancel_later(i: int, cid: str) -> bool:
+            await asyncio.sleep(((i * 7 + seed * 3) % 10) * 0.006)
+            return await manager.cancel_child(cid)
+
+        cancelled = await asyncio.gather(*(cancel_later(i, c) for i, c in enumerate(ids)))
+        for cid, was_cancelled in zip(ids, cancelled, strict=True):
+            endings = terminals(rollout_of(home, cid))
+            assert len(endings) == 1, endings
+            status = manager.status(cid)
+            if was_cancelled:
+                assert status is ChildStatus.CANCELLED and endings[0]["reason"] == "cancelled"
+            else:
+                assert status is ChildStatus.FAILED
+                assert endings[0]["reason"] == "budget_limited"
