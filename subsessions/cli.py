@@ -22,6 +22,7 @@ from subsessions.errors import ConfigError, SubsessionError, UnknownSessionType
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import load_profiles
 from subsessions.rollouts.cli import add_rollout_commands, run_rollouts
+from subsessions.serve.server import add_serve_command, run_serve_command
 from subsessions.settings import Settings, load_settings, with_overrides
 
 T = TypeVar("T")
@@ -107,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
                      "sub-sessions, after this long with no request and no open stream "
                      "(default 120)")
 
+    add_serve_command(commands, [common, model_options])
+
     profiles = commands.add_parser("profiles", help="the loaded profiles")
     profile_commands = profiles.add_subparsers(dest="action", required=True, metavar="ACTION")
     profile_commands.add_parser("list", parents=[common], help="names, sources, descriptions")
@@ -160,6 +163,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         from subsessions.mcp.server import run_mcp_command  # the optional [mcp] extra
 
         return run_mcp_command(args, home, settings_from_args(args, home))
+    if args.command == "serve":
+        return run_serve_command(args, home, settings_from_args(args, home))
     if args.command == "profiles":
         return _profiles(args, home, out)
     return run_rollouts(args, home, out)

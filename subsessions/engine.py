@@ -23,6 +23,7 @@ from subsessions.errors import (
     SessionBusy,
     UnknownSession,
 )
+from subsessions.ids import is_session_id
 from subsessions.models.base import ModelClient
 from subsessions.profiles import (
     LoadedProfile,
@@ -31,7 +32,7 @@ from subsessions.profiles import (
     profile_namespace,
     resolve_profile,
 )
-from subsessions.rollouts.files import secure_home
+from subsessions.rollouts.files import find_rollout, secure_home
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 
@@ -155,13 +156,20 @@ class Engine:
         *,
         source: str = "exec",
         profile: str | Profile | None = None,
+        session_id: str | None = None,
     ) -> Session:
         """A new top-level session, registered with the engine.
 
         With `profile`, the session runs that profile top-level: its instructions, and
-        its persona and memory too (which a child of that profile never sees).
+        its persona and memory too (which a child of that profile never sees). With
+        `session_id` (a canonical UUID a wire host chose), the session takes that id.
         """
         self.check_open()
+        if session_id is not None:
+            if not isinstance(session_id, str) or not is_session_id(session_id):
+                raise InvalidArguments("create_session", "session_id must be a lowercase UUID")
+            if session_id in OPEN_IN_THIS_PROCESS or _on_disk(self.home, session_id):
+                raise SessionBusy(session_id, "already exists; resume it instead")
         self._runtime.start_flusher()
         config = config or SessionConfig()
         mcp_tools, mcp_errors = await self._mcp_tools(config)
@@ -175,7 +183,8 @@ class Engine:
         self.check_open()  # closing may have started while the MCP servers started
         # No rollout yet: it starts with the first task or child, so a session that never
         # does anything (an MCP connection that only looked) leaves no empty file behind.
-        session = Session(self._runtime, config, source=source, profile=chosen)
+        session = Session(self._runtime, config, source=source, profile=chosen,
+                          session_id=session_id)
         for name, problem in mcp_errors.items():
             session.note(f"MCP server {name} is unavailable: {problem}")
         self._sessions[session.session_id] = session
@@ -329,6 +338,14 @@ class Engine:
                 task.cancel()
             if late:
                 await asyncio.wait(late)
+
+
+def _on_disk(home: Path, session_id: str) -> bool:
+    try:
+        find_rollout(home, session_id)
+    except UnknownSession:
+        return False
+    return True
 
 
 def _mcp_servers(tables: Mapping[str, Any], source: str) -> Any:

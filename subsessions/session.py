@@ -61,9 +61,10 @@ class Session:
         source: str | dict[str, Any] = "exec",
         resumed: tuple[str, str] | None = None,  # (id, rollout path) of a session on disk
         tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
+        session_id: str | None = None,  # a host's own id for a new top-level session
         budget: Budget | None = None,  # a child's, asked for at spawn (besides its config's)
     ) -> None:
-        self.session_id = resumed[0] if resumed else new_session_id()
+        self.session_id = resumed[0] if resumed else session_id or new_session_id()
         self.runtime = runtime
         self.config = config
         self.parent = parent

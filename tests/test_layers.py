@@ -116,8 +116,9 @@ LAYERS: dict[int, tuple[str, ...]] = {
     6: ("resume", "session"),
     7: ("engine",),
     8: ("", "__main__", "cli", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.server",
-        "mcp.progress", "mcp.run", "mcp.task_store", "mcp.tasks",
-        "rollouts.cli", "testing"),
+        "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
+        "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",
+        "serve.peer", "serve.served", "serve.server", "serve.wire", "testing"),
 }
 
 

@@ -34,7 +34,7 @@ from mcp_support import (
     server_params,
 )
 
-from subsessions.handlers.subsessions import SCHEMAS, create_schema
+from subsessions.handlers.subsessions import SCHEMAS, create_schema, run_schema
 from subsessions.mcp.app import LIST_SCHEMA
 from subsessions.mcp.server import (
     check_http_host,
@@ -85,8 +85,10 @@ async def test_lists_the_five_tools_with_the_function_tool_schemas(
         assert info.capabilities.tools is not None and info.capabilities.resources is not None
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}
     assert list(listed) == ["create_session", "wait_session", "wait_sessions",
-                            "cancel_session", "run_session", "list_sessions", "send_message"]
+                            "cancel_session", "run_session", "run_sessions", "list_sessions",
+                            "send_message"]
     run = listed.pop("run_session").input_schema  # `budget` may be omitted (DESIGN 3.1)
+    assert listed.pop("run_sessions").input_schema == run_schema(PROFILES)
     assert run["required"] == ["session_type", "prompt"] and "budget" in run["properties"]
     create = listed.pop("create_session")
     assert create.input_schema == {  # `budget` may be omitted
@@ -262,8 +264,8 @@ async def test_errors_are_tool_results_with_the_design_texts(
             f"session {held} has not completed")
         assert await call("wait_session", {"session_id": held, "timeout_ms": 30}) == (
             f"session {held} did not complete within 30ms")
-        with pytest.raises(MCPError, match="Unknown tool: run_sessions"):
-            await session.call_tool("run_sessions", {})
+        with pytest.raises(MCPError, match="Unknown tool: list_profiles"):
+            await session.call_tool("list_profiles", {})
         # the connection and the child are fine after all that
         children.gate("held").set()
         assert ok(await session.call_tool("wait_session", {"session_id": held,

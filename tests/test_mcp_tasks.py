@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TextIO
 
 import pytest
 
@@ -16,7 +16,6 @@ pytest.importorskip("mcp")
 
 from fake_openai import FakeOpenAI, Recorded, Reply, fake_openai, model_not_found
 from mcp import Client
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.exceptions import MCPError
 from mcp_support import (
     Children,
@@ -28,93 +27,10 @@ from mcp_support import (
     result_text,
     server_params,
 )
-from mcp_types import (
-    CallToolResult,
-    GetTaskRequest,
-    GetTaskRequestParams,
-    Request,
-    Result,
-)
-from pydantic import BaseModel
+from mcp_tasks_support import TASKS, Tasks, cancel, get, settled, start
+from mcp_types import CallToolResult
 
 __all__ = ["fake_openai"]
-
-TASKS = "io.modelcontextprotocol/tasks"
-TERMINAL = ("completed", "failed", "cancelled")
-
-
-class TaskHandle(Result):
-    """What a task-augmented `tools/call` returns (SEP-2663 `CreateTaskResult`)."""
-
-    result_type: Literal["task"] = "task"
-    task_id: str
-    status: str
-    status_message: str | None = None
-    created_at: str
-    last_updated_at: str
-    ttl_ms: int | None
-    poll_interval_ms: int | None = None
-
-
-class DetailedTask(Result):
-    """A `tasks/get` answer: the task, and its result or error once it has one."""
-
-    task_id: str
-    status: str
-    status_message: str | None = None
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-
-
-class TaskIdParams(BaseModel):
-    taskId: str  # the wire name
-
-
-class CancelTask(Request[TaskIdParams, Literal["tasks/cancel"]]):
-    method: Literal["tasks/cancel"] = "tasks/cancel"
-    params: TaskIdParams
-
-
-class Tasks(ClientExtension):
-    """The requester side of the extension, on the SDK's `ClientExtension` interface."""
-
-    identifier = TASKS
-
-    def claims(self) -> Sequence[ResultClaim[Any]]:
-        return (ResultClaim(result_type="task", model=TaskHandle, resolve=self._resolve),)
-
-    async def _resolve(self, handle: TaskHandle, ctx: ClaimContext) -> CallToolResult:
-        while True:
-            task = await ctx.session.send_request(
-                GetTaskRequest(params=GetTaskRequestParams(task_id=handle.task_id)), DetailedTask)
-            if task.status in TERMINAL:
-                assert task.result is not None, task
-                return CallToolResult.model_validate(task.result)
-            await asyncio.sleep(0.05)
-
-
-async def get(client: Client, task_id: str) -> DetailedTask:
-    return await client.session.send_request(
-        GetTaskRequest(params=GetTaskRequestParams(task_id=task_id)), DetailedTask)
-
-
-async def cancel(client: Client, task_id: str) -> None:
-    await client.session.send_request(CancelTask(params=TaskIdParams(taskId=task_id)), Result)
-
-
-async def settled(client: Client, task_id: str, timeout: float = 10.0) -> DetailedTask:
-    async with asyncio.timeout(timeout):
-        while (task := await get(client, task_id)).status not in TERMINAL:  # noqa: ASYNC110 (polling is the protocol)
-            await asyncio.sleep(0.05)
-    return task
-
-
-async def start(client: Client, prompt: str, **extra: Any) -> TaskHandle:
-    handle = await client.session.call_tool(
-        "run_session", {"session_type": "default", "prompt": prompt, **extra},
-        allow_claimed=True)
-    assert isinstance(handle, TaskHandle), handle
-    return handle
 
 
 async def child_id(client: Client) -> str:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import orjson
+from attrs import define
 
+from subsessions import composition
 from subsessions.budget import parse_budget
+from subsessions.composition import Spawner
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
 from subsessions.manager import SubsessionManager
+from subsessions.profiles import Profile
 from subsessions.specs import MAX_TIMEOUT_MS, SCHEMAS, create_schema, run_schema
 from subsessions.tools.schema import check_arguments, parse_arguments
 
@@ -29,7 +33,7 @@ async def call_parsed(
     if name == "create_session":
         return _dump({"session_id": await create(manager, arguments, call_id)})
     if name == "run_sessions":
-        return await _run_sessions(manager, arguments, call_id)
+        return await run_plan(parse_run(manager, arguments), manager, call_id)
     check_arguments(name, SCHEMAS[name], arguments)
     if name == "list_profiles":
         return _dump([
@@ -100,36 +104,48 @@ async def _wait_sessions(manager: SubsessionManager, arguments: dict[str, Any]) 
     return _dump({"results": results, "timed_out": waited.timed_out})
 
 
-async def _run_sessions(
-    manager: SubsessionManager, arguments: dict[str, Any], call_id: str
-) -> str:
+@define
+class RunPlan:
+    """A checked `run_sessions` call: what to run, how, and for how long at most."""
+
+    mode: Literal["parallel", "chain"]
+    tasks: list[tuple[str | Profile, str]]
+    seconds: float
+
+
+def parse_run(manager: SubsessionManager, arguments: dict[str, Any]) -> RunPlan:
+    """`run_sessions` arguments checked (DESIGN 3.1 errors raised) before anything starts."""
     profiles = manager.profiles()
     schema = run_schema(list(profiles))
     schema["properties"]["tasks"]["items"]["properties"]["session_type"] = {"type": "string"}
     check_arguments("run_sessions", schema, arguments)
-    tasks = [(t["session_type"], t["prompt"]) for t in arguments["tasks"]]
+    tasks: list[tuple[str | Profile, str]] = [
+        (t["session_type"], t["prompt"]) for t in arguments["tasks"]]
     if not tasks:
         raise InvalidArguments("run_sessions", "tasks must not be empty")
     for kind, prompt in tasks:
         if kind not in profiles:
-            raise UnknownSessionType(kind, tuple(profiles))
+            raise UnknownSessionType(str(kind), tuple(profiles))
         if not prompt.strip():
             raise InvalidArguments("run_sessions", "every prompt must be non-empty")
-    seconds = _timeout_seconds(arguments)
-    if arguments["mode"] == "parallel":
-        run = await manager.run_parallel(list(tasks), seconds, call_id=call_id)
-    else:
-        run = await manager.run_chain(list(tasks), seconds, call_id=call_id)
+    return RunPlan(arguments["mode"], tasks, _timeout_seconds(arguments))
+
+
+async def run_plan(plan: RunPlan, spawner: Spawner, call_id: str) -> str:
+    """Run a checked plan, its children spawned through `spawner`; every step's outcome."""
+    runner = composition.run_parallel if plan.mode == "parallel" else composition.run_chain
+    run = await runner(spawner, plan.tasks, plan.seconds, call_id=call_id)
     body: dict[str, Any] = {
-        "mode": arguments["mode"],
+        "mode": plan.mode,
         "results": [step.outcome() for step in run.steps],
         "timed_out": run.timed_out,
     }
     if run.failed_step is not None:
         failed = run.steps[run.failed_step].outcome()
         body["failed_step"] = run.failed_step
+        kind = plan.tasks[run.failed_step][0]
         body["error"] = (
-            f"step {run.failed_step} ({tasks[run.failed_step][0]}) "
+            f"step {run.failed_step} ({kind if isinstance(kind, str) else kind.name}) "
             f"{'timed out' if run.timed_out else 'failed: ' + str(failed.get('error'))}"
         )
     return _dump(body)

@@ -7,10 +7,13 @@ every child still running is aborted (their rollouts end with `turn_aborted`).
 
 On stdio one process serves one client, so the connection is the process's. On
 streamable HTTP it is the MCP session (`Mcp-Session-Id`): it ends on DELETE, on the
-idle timeout, or when the server stops. Stateless 2026-era HTTP requests have no
-connection to keep children in, so they are refused with a clear error (and
-`server/discover` is not offered over HTTP, so `mode="auto"` clients fall back to
-the handshake, which is stateful).
+idle timeout, or when the server stops. Stateless 2026-07-28 HTTP requests have no
+connection to keep children in: there only `run_session` and `run_sessions` are served,
+each call in a parent session of its own (ended with the call, or with its task:
+`subsessions.mcp.task_store` says how long a task lives there), and every other tool
+is refused with a clear error. `server/discover` is not offered over HTTP, so
+`mode="auto"` clients take the handshake (stateful, every tool); a client pins
+`2026-07-28` for tasks over HTTP.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import mcp_types as types
@@ -34,11 +37,13 @@ from subsessions.children import ChildInfo
 from subsessions.engine import Engine
 from subsessions.errors import SubsessionError, error_text
 from subsessions.handlers import subsessions as subsession_tools
-from subsessions.mcp import run
+from subsessions.mcp import run, runs
 from subsessions.mcp.connection import ClientConnection, own_session
 from subsessions.mcp.progress import progress_line as progress_line  # re-exported
 from subsessions.mcp.progress import report_progress, wants_progress
-from subsessions.mcp.tasks import TasksExtension, version_gated
+from subsessions.mcp.task_listen import TaskListener
+from subsessions.mcp.task_store import Outcome, TaskRegistry
+from subsessions.mcp.tasks import TASK_TOOLS, TasksExtension, version_gated
 from subsessions.mcp.transcript import render_transcript
 from subsessions.rollouts import read_rollout
 from subsessions.session import Session
@@ -51,7 +56,7 @@ log = logging.getLogger("subsessions.mcp")
 Context = ServerRequestContext[Any, Any]
 
 TOOL_NAMES = ("create_session", "wait_session", "wait_sessions", "cancel_session",
-              "run_session", "list_sessions", "send_message")
+              "run_session", "run_sessions", "list_sessions", "send_message")
 LIST_SCHEMA: dict[str, Any] = {"type": "object", "properties": {},
                                "additionalProperties": False}
 LIST_DESCRIPTION = ("The sub-sessions started on this connection, oldest first: id, profile, "
@@ -62,12 +67,13 @@ RESOURCE_NOT_FOUND = -32002
 SCHEME = "rollout://"
 INSTRUCTIONS = (
     "Delegate work to sub-sessions: create_session starts one from a profile and returns its "
-    "id at once; run_session runs one to its end (a task, for clients that negotiate MCP "
-    "Tasks); wait_session / wait_sessions collect answers (with progress notifications "
-    "when asked for); cancel_session stops one; list_sessions shows them all; "
-    "send_message tells a running one something, or starts an ended one again. Each connection "
-    "is one parent session: disconnecting cancels its running sub-sessions. The transcript "
-    "of each of this connection's sessions is the resource rollout://{session_id}."
+    "id at once; run_session runs one to its end and run_sessions several (each call a task, "
+    "for clients that negotiate MCP Tasks); wait_session / wait_sessions collect answers "
+    "(with progress notifications when asked for); cancel_session stops one; list_sessions "
+    "shows them all; send_message tells a running one something, or starts an ended one "
+    "again. Each connection is one parent session: disconnecting cancels its running "
+    "sub-sessions. The transcript of each of this connection's sessions is the resource "
+    "rollout://{session_id}."
 )
 _STATE_KEY = "subsessions.client"
 _T = TypeVar("_T")
@@ -107,27 +113,33 @@ def _awaited_ids(name: str, arguments: dict[str, Any]) -> list[str]:
 class SubsessionsMcp:
     """Builds the lowlevel MCP `Server` and answers its requests from one `Engine`."""
 
-    def __init__(self, engine: Engine, settings: Settings, *, http: bool) -> None:
+    def __init__(self, engine: Engine, settings: Settings, *, http: bool,
+                 idle_timeout: float | None = None) -> None:
         self.engine = engine
         self.settings = settings
         self.http = http
         # stdio: the one client of this process; HTTP: one per MCP session, kept on it
         self.stdio_client = None if http else ClientConnection(engine, settings)
+        # stateless HTTP tasks: the server's, each on a lease of the session idle timeout
+        self.stateless_tasks = TaskRegistry(lease=idle_timeout if http else None)
+        self._settling: set[asyncio.Task[None]] = set()
         self.server: Server[Any] = Server(
             "subsessions",
             version=__version__,
             instructions=INSTRUCTIONS,
+            lifespan=self._lifespan,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
             on_list_resource_templates=self._list_templates,
             on_read_resource=self._read_resource,
+            on_subscriptions_listen=TaskListener(self),
         )
         if http:
             self.server.add_request_handler("server/discover", types.RequestParams,
                                             _no_discover)
-        # MCP Tasks for run_session, applied as MCPServer applies an SDK extension
-        tasks = TasksExtension(self.client_for, lambda ctx: f"mcp_{ctx.request_id}")
+        # MCP Tasks for run_session(s), applied as MCPServer applies an SDK extension
+        tasks = TasksExtension(self)
         for binding in tasks.methods():
             self.server.add_request_handler(binding.method, binding.params_type,
                                             version_gated(binding))
@@ -135,7 +147,55 @@ class SubsessionsMcp:
         self.server.add_request_handler("tools/call", types.CallToolRequestParams,
                                         compose_tool_call_handler([tasks], self._call_tool))
 
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        """While serving: stateless tasks past their lease are ended; after: all of them."""
+        reaper = None
+        if self.stateless_tasks.lease is not None:
+            reaper = asyncio.get_running_loop().create_task(
+                self._reap(self.stateless_tasks.lease), name="subsessions-mcp-task-leases")
+        try:
+            yield {}
+        finally:
+            if reaper is not None:
+                reaper.cancel()
+                await asyncio.wait((reaper,))
+            await self.stateless_tasks.close()
+            if self._settling:
+                await asyncio.wait(self._settling)
+
+    async def _reap(self, lease: float) -> None:
+        while True:
+            await asyncio.sleep(min(lease / 4, 1.0))
+            if ended := await self.stateless_tasks.expire():
+                log.info("%d MCP task(s) unasked-about for %ss ended", ended, lease)
+
+    def settle(self, work: Coroutine[Any, Any, None]) -> Awaitable[None]:
+        """`work` runs to its end even when the request awaiting it is cancelled (drained
+        when the server stops)."""
+        task = asyncio.get_running_loop().create_task(work, name="subsessions-mcp-settle")
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+        return asyncio.shield(task)
+
     # -- connections ------------------------------------------------------------------------
+    def stateless(self, ctx: Context) -> bool:
+        """A 2026-07-28 HTTP request: self-contained, no connection behind it."""
+        return self.http and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+    def registry(self, ctx: Context) -> TaskRegistry:
+        """Where the request's tasks live: its connection's, or the stateless store."""
+        return self.stateless_tasks if self.stateless(ctx) else self.client_for(ctx).tasks
+
+    def caller(self, ctx: Context) -> tuple[ClientConnection, bool]:
+        """The connection a call runs in; over stateless HTTP, one made for the call."""
+        if self.stateless(ctx):
+            return ClientConnection(self.engine, self.settings), True
+        return self.client_for(ctx), False
+
+    def call_id(self, ctx: Context) -> str:
+        return f"mcp_{ctx.request_id}"
+
     def client_for(self, ctx: Context) -> ClientConnection:
         if self.stdio_client is not None:
             return self.stdio_client
@@ -148,7 +208,8 @@ class SubsessionsMcp:
                 code=types.INVALID_REQUEST,
                 message="subsessions keeps sub-sessions per connection: over HTTP, connect "
                 "with the initialize handshake (a stateful MCP session), not stateless "
-                f"{ctx.protocol_version} requests",
+                f"{ctx.protocol_version} requests (which are served run_session and "
+                "run_sessions only)",
             )
         client: ClientConnection | None = connection.state.get(_STATE_KEY)
         if client is None:
@@ -170,6 +231,9 @@ class SubsessionsMcp:
         ]
         tools.append(types.Tool(name=run.NAME, description=run.DESCRIPTION,
                                 input_schema=run.schema(list(profiles))))
+        tools.append(types.Tool(name=runs.NAME,
+                                description=f"{specs[runs.NAME]['description']} {runs.TASKS}",
+                                input_schema=specs[runs.NAME]["parameters"]))
         tools.append(types.Tool(name="list_sessions", description=LIST_DESCRIPTION,
                                 input_schema=LIST_SCHEMA))
         tools.append(types.Tool(name="send_message", description=specs["send_message"][
@@ -188,7 +252,15 @@ class SubsessionsMcp:
         if name not in TOOL_NAMES:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name}")
         arguments = params.arguments or {}
-        client = self.client_for(ctx)
+        client, own = self.caller(ctx) if name in TASK_TOOLS else (self.client_for(ctx), False)
+        try:
+            return await self._tool(ctx, client, name, arguments)
+        finally:
+            if own:  # the call's own parent session ends with it (its children too)
+                await self.settle(client.close())
+
+    async def _tool(self, ctx: Context, client: ClientConnection, name: str,
+                    arguments: dict[str, Any]) -> types.CallToolResult:
         try:
             session = await client.session()
             if name == "list_sessions":
@@ -196,13 +268,21 @@ class SubsessionsMcp:
                 entries = [_child_entry(info) for info in session.subsessions.children()]
                 return _text_result(orjson.dumps({"sessions": entries}).decode())
             if name == run.NAME:
-                return await self._run_session(ctx, session, arguments)
+                child_id = await run.start(session, arguments, self.call_id(ctx))
+                return await self._until_done(ctx, session, run.outcome(session, child_id),
+                                              lambda: [child_id])
+            if name == runs.NAME:
+                checked = runs.plan(session, arguments)
+                tracked = runs.Tracked(session.subsessions)
+                return await self._until_done(
+                    ctx, session, runs.outcome(session, checked, tracked, self.call_id(ctx)),
+                    lambda: list(tracked.ids))
             raw = orjson.dumps(arguments).decode()
-            work = subsession_tools.call(session.subsessions, name, raw, f"mcp_{ctx.request_id}")
+            work = subsession_tools.call(session.subsessions, name, raw, self.call_id(ctx))
             try:
                 if name in ("wait_session", "wait_sessions") and wants_progress(ctx):
                     ids = _awaited_ids(name, arguments)
-                    text = await self._with_progress(ctx, session, ids, work)
+                    text = await self._with_progress(ctx, session, lambda: ids, work)
                 else:
                     text = await work
             finally:
@@ -214,25 +294,24 @@ class SubsessionsMcp:
             return _text_result(f"internal error in {name}: {error_text(exc)}", error=True)
         return _text_result(text)
 
-    async def _run_session(
-        self, ctx: Context, session: Session, arguments: dict[str, Any]
+    async def _until_done(
+        self, ctx: Context, session: Session, work: Awaitable[Outcome],
+        children: Callable[[], list[str]],
     ) -> types.CallToolResult:
-        """Without a task: the child's answer when it ends, progress meanwhile."""
-        child_id = await run.start(session, arguments, f"mcp_{ctx.request_id}")
+        """Without a task: the answer when the children end, progress meanwhile. A call
+        the client gives up on cancels the children it started."""
         try:
-            work = run.outcome(session, child_id)
             if wants_progress(ctx):
-                _, result = await self._with_progress(ctx, session, [child_id], work)
+                _, result = await self._with_progress(ctx, session, children, work)
             else:
                 _, result = await work
-        except asyncio.CancelledError:  # the client cancelled the call: the child ends too
-            with contextlib.suppress(SubsessionError):
-                await asyncio.shield(session.subsessions.cancel_child(child_id))
+        except asyncio.CancelledError:
+            await self.settle(_cancel_all(session, children()))
             raise
         return result
 
     async def _with_progress(
-        self, ctx: Context, session: Session, ids: list[str], work: Awaitable[_T]
+        self, ctx: Context, session: Session, ids: Callable[[], list[str]], work: Awaitable[_T]
     ) -> _T:
         reporter = asyncio.get_running_loop().create_task(
             report_progress(ctx, session, ids), name="subsessions-mcp-progress"
@@ -288,6 +367,12 @@ class SubsessionsMcp:
         return types.ReadResourceResult(contents=[types.TextResourceContents(
             uri=uri, mime_type="text/plain", text=render_transcript(rollout),
         )])
+
+
+async def _cancel_all(session: Session, child_ids: list[str]) -> None:
+    for child_id in child_ids:
+        with contextlib.suppress(SubsessionError):
+            await session.subsessions.cancel_child(child_id)
 
 
 async def _no_discover(ctx: Context, params: types.RequestParams) -> None:

@@ -1,9 +1,10 @@
-"""Progress notifications for the MCP tools that wait on children (`wait_*`, `run_session`)."""
+"""Progress notifications for the MCP tools that wait on children (`wait_*`, `run_session*`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -28,14 +29,14 @@ def wants_progress(ctx: Context) -> bool:
     return isinstance(meta, dict) and meta.get("progressToken") is not None
 
 
-async def report_progress(ctx: Context, session: Session, ids: list[str]) -> None:
+async def report_progress(ctx: Context, session: Session, ids: Callable[[], list[str]]) -> None:
     """Until cancelled: a progress notification whenever an awaited child's status or
     turn count changes. `progress` (turns so far plus children ended) only grows."""
     sent = -1.0
     manager = session.subsessions
     while True:
         infos = []
-        for child_id in ids:
+        for child_id in ids():
             try:
                 infos.append(manager.info(child_id))
             except UnknownSession:

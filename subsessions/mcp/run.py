@@ -21,7 +21,6 @@ DESCRIPTION = (
     "progress notifications while it runs). Clients that negotiate MCP Tasks get a task at "
     "once instead. `budget` limits its turns, tokens and seconds."
 )
-_LIMITS = {"max_turns": "integer", "max_tokens": "integer", "max_seconds": "number"}
 Outcome = Literal["completed", "cancelled"]
 
 

@@ -117,7 +117,8 @@ async def _main(
         async with Engine(home, model_client=client, model=settings.model,
                           model_provider=settings.model_provider,
                           mcp_servers=settings.mcp_servers, mcp_source=settings.source) as engine:
-            app = SubsessionsMcp(engine, settings, http=http is not None)
+            app = SubsessionsMcp(engine, settings, http=http is not None,
+                                 idle_timeout=idle_timeout)
             if http is not None:
                 signalled = await _serve_http(app, *http, idle_timeout)
                 return 0 if signalled is None else 128 + signalled

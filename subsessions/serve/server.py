@@ -1,0 +1,172 @@
+"""`subsessions serve`: the runtime process a Copilot SDK host launches (DESIGN 3.10).
+
+    subsessions serve [--home DIR] [model options] --stdio   # what the SDKs' for_stdio runs
+    subsessions serve [...] --port N                         # 127.0.0.1:N (0: any free port)
+
+The SDKs append `--headless --no-auto-update [--log-level L] [--auth-token-env NAME]
+[--no-auto-login] [--session-idle-timeout S] [--remote]`; all are accepted. Without
+`--stdio` the runtime listens on loopback and prints `listening on port N` (the line the
+SDKs wait for); `$COPILOT_CONNECTION_TOKEN`, when set, must be presented by `connect`.
+
+Exit: stdin closing (stdio), `runtime.shutdown`, SIGTERM, SIGHUP or Ctrl-C close the engine
+(every running tree is cancelled and its rollouts end with `turn_aborted`) and the model
+client. Exit code 0, or 128 + the signal's number after a signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from subsessions.engine import Engine
+from subsessions.errors import ConfigError
+from subsessions.models.factory import build_model_client
+from subsessions.serve.connection import Connection
+from subsessions.serve.framing import MAX_BODY, FramingError
+from subsessions.serve.peer import Peer
+from subsessions.settings import Settings
+
+TOKEN_ENV = "COPILOT_CONNECTION_TOKEN"
+LOG_LEVELS = {"none": logging.CRITICAL + 1, "error": logging.ERROR, "warning": logging.WARNING,
+              "info": logging.INFO, "debug": logging.DEBUG, "all": logging.DEBUG}
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+Finish = Callable[[int], None]
+log = logging.getLogger("subsessions.serve")
+
+
+def add_serve_command(commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+                      parents: list[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve", parents=parents,
+        help="be a Copilot CLI runtime: the official Copilot SDKs drive sub-sessions",
+        description="Speaks the GitHub Copilot CLI runtime protocol (JSON-RPC, protocol "
+        "version 3) on stdio or on a loopback TCP port, so a Copilot SDK host drives "
+        "sessions and sub-sessions on the configured model.",
+    )
+    transport = serve.add_mutually_exclusive_group()
+    transport.add_argument("--stdio", action="store_true", help="serve on stdin/stdout")
+    transport.add_argument("--port", type=int, metavar="N",
+                           help="serve on 127.0.0.1:N (0: any free port; the default)")
+    serve.add_argument("--log-level", choices=sorted(LOG_LEVELS), default="warning",
+                       help="what goes to stderr (default warning)")
+    for flag in ("--headless", "--no-auto-update", "--no-auto-login", "--remote"):
+        serve.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
+    for flag in ("--auth-token-env", "--session-idle-timeout"):
+        serve.add_argument(flag, help=argparse.SUPPRESS)  # the SDKs pass them; nothing applies
+
+
+def run_serve_command(args: argparse.Namespace, home: Path, settings: Settings) -> int:
+    if args.port is not None and not 0 <= args.port <= 65535:
+        raise ConfigError("command line", "--port", f"must be 0..65535, not {args.port}")
+    logging.basicConfig(stream=sys.stderr, format="subsessions serve: %(message)s")
+    logging.getLogger("subsessions").setLevel(LOG_LEVELS[args.log_level])
+    out = _protect_stdout()
+    try:
+        return asyncio.run(_main(home, settings, out, None if args.stdio else args.port or 0))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _protect_stdout() -> int:
+    """Our own descriptor for stdout; fd 1 becomes stderr, so a stray print (ours or a
+    library's) can never corrupt the framed stream."""
+    out = os.dup(sys.stdout.fileno())
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return out
+
+
+async def _main(home: Path, settings: Settings, out: int, port: int | None) -> int:
+    loop = asyncio.get_running_loop()
+    stop: asyncio.Future[int] = loop.create_future()
+
+    def finish(code: int) -> None:
+        if not stop.done():
+            stop.set_result(code)
+
+    for signum in _STOPS:
+        loop.add_signal_handler(signum, finish, 128 + signum)
+    client = build_model_client(settings)
+    try:
+        async with Engine(home, model_client=client, model=settings.model,
+                          model_provider=settings.model_provider,
+                          mcp_servers=settings.mcp_servers, mcp_source=settings.source) as engine:
+            serve = (_serve_stdio(engine, settings, out, finish) if port is None
+                     else _serve_tcp(engine, settings, port, out, finish))
+            serving = loop.create_task(serve, name="subsessions-serve")
+            try:
+                await asyncio.wait((serving, stop), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                serving.cancel()
+                await asyncio.wait((serving,))
+            if not serving.cancelled() and serving.exception() is not None:
+                raise serving.exception()  # type: ignore[misc]
+            return stop.result() if stop.done() else 0
+    finally:
+        for signum in _STOPS:
+            loop.remove_signal_handler(signum)
+        await client.aclose()
+
+
+async def _serve_stdio(engine: Engine, settings: Settings, out: int, finish: Finish) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_BODY)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(out, "wb", buffering=0))
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    await _serve_one(Peer(reader, writer), engine, settings, None, finish)
+    finish(0)  # the host closed stdin
+
+
+async def _serve_tcp(
+    engine: Engine, settings: Settings, port: int, out: int, finish: Finish
+) -> None:
+    token = os.environ.get(TOKEN_ENV) or None
+    connections: set[asyncio.Task[None]] = set()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        connections.add(task)
+        try:
+            await _serve_one(Peer(reader, writer), engine, settings, token, finish)
+        finally:
+            connections.discard(task)
+
+    try:
+        server = await asyncio.start_server(accept, "127.0.0.1", port, limit=MAX_BODY)
+    except OSError as exc:
+        os.close(out)
+        raise ConfigError("command line", "--port",
+                          f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+    bound = server.sockets[0].getsockname()[1]
+    with os.fdopen(out, "wb", buffering=0) as stdout:  # the line the SDKs wait for
+        stdout.write(f"listening on port {bound}\n".encode())
+    try:
+        async with server:
+            await asyncio.Future()  # until cancelled: a signal or runtime.shutdown
+    finally:
+        for task in list(connections):
+            task.cancel()
+        if connections:
+            await asyncio.wait(list(connections))
+
+
+async def _serve_one(peer: Peer, engine: Engine, settings: Settings, token: str | None,
+                     finish: Finish) -> None:
+    """Serve one host until it goes away (its sessions are closed) or asks to shut down."""
+    connection = Connection(engine, settings, peer, token, on_shutdown=lambda: finish(0))
+    try:
+        await peer.serve()
+    except FramingError as exc:  # the stream cannot be trusted any more
+        log.warning("connection ended: %s", exc)
+    finally:
+        await connection.close()
+        await peer.close()
