@@ -406,3 +406,22 @@ async def test_a_destroyed_or_closing_parent_is_not_woken(home: Path, script: Sc
         await spawn_held(closing, script, "held at close")
     assert sorted(script.seen) == ["held at close", "held by the destroyed"]
     assert sorted(script.cancelled) == ["held at close", "held by the destroyed"]
+
+
+async def test_a_resumed_parent_can_follow_up_a_child_of_an_earlier_run(
+    home: Path, script: Script
+) -> None:
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(CONFIG)
+        await root.send_and_wait("start")  # a top-level rollout needs a task to resume
+        cid = await root.subsessions.spawn_child("worker", "earlier work")
+        assert await root.subsessions.wait_child(cid) == "answer to earlier work"
+        root_id = root.session_id
+    async with Engine(home, model_client=script.model) as engine:
+        resumed = await engine.resume_session(root_id, CONFIG)
+        assert resumed.subsessions.status(cid) is ChildStatus.DONE
+        assert await resumed.subsessions.send_message(cid, "and now more") == "started"
+        assert await resumed.subsessions.wait_child(cid) == "answer to and now more"
+        [follow_up] = script.seen["and now more"]
+        assert user_texts(follow_up) == ["earlier work", "and now more"]
+    assert len(turn_ids(cid, home)) == 2
