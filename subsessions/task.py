@@ -89,7 +89,7 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
             raise _fresh(host.budget_stop)
         if host.cancel_requested:
             raise asyncio.CancelledError
-        if host.meter.active:
+        if host.meter.active and not (first and host.is_child):  # (clamped at spawn)
             _check(host, host.meter.spent())
         if host.tree.config.hooks is not None:
             prompt = await _prompt_hooks(host, prompt, first)
@@ -267,9 +267,9 @@ async def _turns(host: TaskHost) -> str | None:
             elif item.get("type") == "function_call":
                 calls.append(item)
         _count(host, response.usage)
-        if host.meter.active:
-            _check(host, host.meter.charge(response.usage.total_tokens, bool(calls) or
-                                           bool(host.inbox)))
+        if host.meter.active and (reached := host.meter.charge(
+                response.usage.total_tokens, bool(calls) or bool(host.inbox))) is not None:
+            _check(host, reached)
         if not calls:
             if host.inbox:  # a message came while it answered: one more turn reads it
                 continue

@@ -408,3 +408,17 @@ async def test_the_clock_cancels_a_tool_in_flight(home: Path, script: Script) ->
             await root.subsessions.wait_child(cid, timeout=10)
         assert cancelled == [cid]
         assert root.subsessions.info(cid).result == "calling the slow tool"
+
+
+async def test_a_spent_tree_refuses_the_roots_first_task_without_a_model_call(
+    home: Path, script: Script
+) -> None:
+    script.handlers["spender"] = busy(100)
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(config(budget=Budget(max_tokens=50)))
+        cid = await root.subsessions.spawn_child("worker", "spender")
+        with pytest.raises(ChildFailed, match="tokens limit 50 reached"):
+            await root.subsessions.wait_child(cid)
+        with pytest.raises(BudgetExhausted, match="tokens limit 50 reached"):
+            await root.send_and_wait("first task")
+        assert "first task" not in script.seen
