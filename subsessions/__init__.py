@@ -37,6 +37,7 @@ from subsessions.errors import (
     ModelUnavailable,
     PermissionDenied,
     ProfileError,
+    RemoteError,
     RolloutError,
     SessionBusy,
     SubsessionError,
@@ -44,11 +45,13 @@ from subsessions.errors import (
     UnknownSession,
     UnknownSessionType,
     UnsafeHome,
+    WorkerLost,
 )
 from subsessions.events import EventStream, SessionEvent
 from subsessions.manager import SubsessionManager
 from subsessions.models import ModelClient, ModelRequest, ModelResponse, ScriptedModel, TokenUsage
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
+from subsessions.ray import RayBackend
 from subsessions.session import Session
 from subsessions.tools import ToolContext
 from subsessions.tools.errors import (
@@ -108,6 +111,8 @@ __all__ = [
     "PermissionDenied",
     "Profile",
     "ProfileError",
+    "RayBackend",
+    "RemoteError",
     "RolloutError",
     "RunResult",
     "RunStep",
@@ -129,6 +134,7 @@ __all__ = [
     "UnsafeHome",
     "Usage",
     "WaitResult",
+    "WorkerLost",
     "WriteNotAllowed",
     "__version__",
     "load_profiles",

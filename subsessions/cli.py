@@ -21,6 +21,7 @@ from subsessions.engine import Engine, default_home
 from subsessions.errors import ConfigError, SubsessionError, UnknownSessionType
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import load_profiles
+from subsessions.ray.backend import backend_from
 from subsessions.rollouts.cli import add_rollout_commands, run_rollouts
 from subsessions.serve.server import add_serve_command, run_serve_command
 from subsessions.settings import Settings, load_settings, with_overrides
@@ -52,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     model_options.add_argument("--max-depth", type=int, help="how deep sub-sessions may nest")
     model_options.add_argument("--max-children", type=int,
                                help="sub-sessions running at once in the tree")
+    model_options.add_argument("--ray", metavar="ADDRESS",
+                               help="run sub-sessions on a Ray cluster: 'local', 'auto' or "
+                               "ray://HOST:PORT (needs the [ray] extra; config: [ray])")
     work_options = _Parser(add_help=False)
     work_options.add_argument(
         "--sandbox", choices=("read-only", "workspace-write", "danger-full-access"),
@@ -179,6 +183,7 @@ def settings_from_args(args: argparse.Namespace, home: Path) -> Settings:
     return with_overrides(
         load_settings(home), model=args.model, base_url=args.base_url, wire_api=args.wire_api,
         api_key_env=args.api_key_env, max_depth=args.max_depth, max_children=args.max_children,
+        ray=args.ray,
     )
 
 
@@ -277,7 +282,8 @@ async def _run_session(
     try:
         async with Engine(home, model_client=client, model=settings.model,
                           model_provider=settings.model_provider,
-                          mcp_servers=settings.mcp_servers, mcp_source=settings.source) as engine:
+                          mcp_servers=settings.mcp_servers, mcp_source=settings.source,
+                          backend=backend_from(settings)) as engine:
             if resume is None:
                 session = await engine.create_session(config, source="cli", profile=profile)
             else:

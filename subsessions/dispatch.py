@@ -202,7 +202,7 @@ class Dispatcher(Generic[H]):
         if builtin is not None:
             output = await builtin(arguments)
         elif tool is None or tool.handler is None:
-            output = await self._deferred(root, caller, name, arguments, call_id)
+            output = await self.deferred(root, caller.session_id, name, arguments, call_id)
         else:
             invocation = Invocation(caller.session_id, call_id, name, caller.agent_name)
             output = _as_text(name, await call_maybe_async(tool.handler, arguments, invocation))
@@ -257,9 +257,11 @@ class Dispatcher(Generic[H]):
         return str(answer)
 
     # -- deferred tools ---------------------------------------------------------------------
-    async def _deferred(
-        self, root: Caller, caller: Caller, name: str, arguments: dict[str, Any], call_id: str
+    async def deferred(
+        self, root: Caller, session_id: str, name: str, arguments: dict[str, Any], call_id: str
     ) -> str:
+        """A deferred tool's call, answered by `root`'s host (`answer`); `session_id` is the
+        caller's, which may run on another machine (DESIGN 3.8)."""
         if not root.events.answering:
             raise ToolNotSupported(name)  # nobody could ever answer: do not wait forever
         request_id = f"req_{next(self._request_ids)}"
@@ -268,7 +270,7 @@ class Dispatcher(Generic[H]):
             self._pending[request_id] = (root, future)
         try:
             emit(root.events, "external_tool.requested", {
-                "request_id": request_id, "session_id": caller.session_id,
+                "request_id": request_id, "session_id": session_id,
                 "tool_call_id": call_id, "tool_name": name, "arguments": arguments,
             })
             return await future

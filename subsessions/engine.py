@@ -33,7 +33,7 @@ from subsessions.profiles import (
     resolve_profile,
 )
 from subsessions.rollouts.files import find_rollout, secure_home
-from subsessions.runtime import Runtime
+from subsessions.runtime import Backend, Runtime
 from subsessions.session import Session
 
 # The top-level sessions open in any engine of this process, so none is resumed twice.
@@ -64,6 +64,7 @@ class Engine:
         project_dir: Path | str | None = None,
         mcp_servers: Mapping[str, Any] | None = None,
         mcp_source: str = "config.toml",
+        backend: Backend | None = None,
     ) -> None:
         home_path = Path(home) if home is not None else default_home()
         if "\0" in str(home_path):
@@ -84,6 +85,7 @@ class Engine:
                       else load_profiles(home_path, project_dir or cwd)),
             dispatcher=self._dispatcher,
             registered=self._sessions.__contains__,
+            backend=backend,
         )
         self._mcp_sources: list[Any] = []  # McpServers, started lazily, stopped at close
         if mcp_servers:
@@ -309,6 +311,8 @@ class Engine:
         await self._end_hooks(sessions)
         await self._runtime.drain()
         try:
+            if self._runtime.backend is not None:  # every task has ended: its workers go
+                await self._runtime.backend.aclose()
             await self._runtime.stop_flusher()
             flushed = [s.recorder.flush_durable() for s in sessions]
             if flushed:

@@ -26,7 +26,9 @@
     ├── ConfigError               config.toml or a flag is malformed
     │   └── MissingApiKey         the provider's key variable is not set
     ├── RolloutError              a rollout file cannot be written or read
-    └── UnsafeHome                the home is owned or writable by another user
+    ├── UnsafeHome                the home is owned or writable by another user
+    ├── WorkerLost                the shard (Ray actor or node) running a child died
+    └── RemoteError               an error in another process (shard or driver), as its text
 
 Messages are built from the fields, so the texts of DESIGN 3.1 live here only.
 """
@@ -219,3 +221,20 @@ class UnsafeHome(SubsessionError):
         self.path = path
         self.problem = problem
         super().__init__(f"refusing home {path}: {problem}")
+
+
+class WorkerLost(SubsessionError):
+    """A remote child's shard died with it: the child ends Failed with this text."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"worker lost: {reason}")
+
+
+class RemoteError(SubsessionError):
+    """An error raised in another process (a host handler run in the driver for a remote
+    child, or a remote child's failure), carried as the text it gives in process."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)

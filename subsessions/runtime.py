@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from attrs import define, field
 
@@ -24,6 +24,15 @@ from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
 T = TypeVar("T")
 FLUSH_SECONDS = 0.1
 DRAIN_SECONDS = 10.0  # how long close waits for tasks before cancelling what is left
+
+
+class Backend(Protocol):
+    """Where a session's task runs (DESIGN 3.8). In process (`task.IN_PROCESS`) it runs
+    here; the Ray backend runs top-level sessions' children on shard actors."""
+
+    def run_task(self, host: Any, prompt: str, first: bool) -> Awaitable[str | None]: ...
+
+    async def aclose(self) -> None: ...  # after every task has ended: its workers go
 
 
 class Phase(enum.Enum):
@@ -43,6 +52,7 @@ class Runtime:
     dispatcher: Dispatcher[Any]
     # whether a top-level session id is still registered (the engine's registry answers)
     registered: Callable[[str], bool] = lambda _: True
+    backend: Backend | None = None  # None: every task runs in this process
     writer: RolloutWriter = field(factory=RolloutWriter)
     # Recorders with lines not yet handed to the writer; flushed every FLUSH_SECONDS, so
     # a running session's transcript trails it by at most that (`rollouts tail`).

@@ -355,7 +355,7 @@ class Session:
 
     async def _run(self, first: bool, prompt: str) -> str | None:
         try:
-            return await task.run(self, prompt, first)
+            return await (self.runtime.backend or task.IN_PROCESS).run_task(self, prompt, first)
         finally:
             if self._phase is Phase.RUNNING:
                 self._phase = Phase.IDLE

@@ -42,6 +42,16 @@ BUILTIN_PROVIDERS = {
 
 
 @frozen
+class RaySettings:
+    """The `[ray]` table (or `--ray ADDRESS`): children of top-level sessions run on a Ray
+    cluster. No `address` starts a local Ray; "auto" joins the one on this machine."""
+
+    address: str | None = None
+    shards: int | None = None
+    per_shard: int = 1000
+
+
+@frozen
 class Settings:
     model: str = "gpt-5.1"
     model_provider: str = "openai"
@@ -50,6 +60,7 @@ class Settings:
     max_children: int = 8
     mcp_servers: Mapping[str, Any] = {}  # [mcp_servers.NAME] tables, checked by subsessions.mcp
     env_policy: EnvPolicy = field(factory=EnvPolicy)  # [shell_environment_policy]
+    ray: RaySettings | None = None  # [ray]: None runs every child in this process
     source: str = "defaults"  # the file these came from, for error messages
 
     @property
@@ -63,7 +74,8 @@ _PROVIDER_KEYS: dict[str, type] = {
     "request_max_retries": int, "stream_idle_timeout_ms": int,
 }
 _AGENT_KEYS = {"max_depth": int, "max_children": int}
-_TABLES = {"model_providers", "agents", "mcp_servers", "shell_environment_policy"}
+_TABLES = {"model_providers", "agents", "mcp_servers", "shell_environment_policy", "ray"}
+_RAY_KEYS: dict[str, type] = {"address": str, "shards": int, "per_shard": int}
 
 
 def _check(source: str, key: str, value: Any, wanted: type) -> Any:
@@ -112,6 +124,8 @@ def settings_from_mapping(data: Mapping[str, Any], source: str) -> Settings:
     servers = data.get("mcp_servers", {})
     if "shell_environment_policy" in data:
         values["env_policy"] = env_policy_from_table(data["shell_environment_policy"], source)
+    if "ray" in data:
+        values["ray"] = _ray(source, data["ray"])
     settings = Settings(providers=providers, mcp_servers=servers, source=source, **values)
     if settings.model_provider not in providers:
         raise ConfigError(
@@ -119,6 +133,17 @@ def settings_from_mapping(data: Mapping[str, Any], source: str) -> Settings:
             f"no provider {settings.model_provider!r}; known: {', '.join(sorted(providers))}",
         )
     return settings
+
+
+def _ray(source: str, table: dict[str, Any]) -> RaySettings:
+    fields: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in _RAY_KEYS:
+            raise ConfigError(source, f"ray.{key}", "unknown key")
+        fields[key] = _check(source, f"ray.{key}", value, _RAY_KEYS[key])
+        if key != "address" and value < 1:
+            raise ConfigError(source, f"ray.{key}", "must be at least 1")
+    return RaySettings(**fields)
 
 
 def _provider(source: str, name: str, table: Any, base: Provider | None) -> Provider:
@@ -157,6 +182,12 @@ def with_overrides(settings: Settings, **flags: Any) -> Settings:
     providers = dict(settings.providers)
     providers[provider.name] = evolve(provider, **changes)
     top = {k: flags[k] for k in ("model", "max_depth", "max_children") if flags.get(k) is not None}
+    address = flags.get("ray")
+    if address is not None:  # --ray local: a Ray started here; else the cluster's address
+        if not address.strip():
+            raise ConfigError("command line", "--ray", "must be 'local', 'auto' or an address")
+        top["ray"] = evolve(settings.ray or RaySettings(),
+                            address=None if address == "local" else address)
     return evolve(settings, providers=providers, **top)
 
 

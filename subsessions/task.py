@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from subsessions.errors import (
@@ -63,6 +64,19 @@ class TaskHost(RouterHost, Protocol):
     def task_begins(self) -> None: ...  # its task runs its first line
     def task_ended(self) -> None: ...  # its terminal record is written
     def claim_budget_stop(self, error: BudgetExhausted) -> None: ...  # it ends by itself
+
+
+class InProcess:
+    """The default backend: a session's task runs here, in this event loop."""
+
+    def run_task(self, host: TaskHost, prompt: str, first: bool) -> Awaitable[str | None]:
+        return run(host, prompt, first)
+
+    async def aclose(self) -> None:
+        return None
+
+
+IN_PROCESS = InProcess()
 
 
 async def run(host: TaskHost, prompt: str, first: bool) -> str | None:

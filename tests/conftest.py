@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from ray_support import loopback_only
+
+loopback_only()  # before any test imports Ray: it reads the switch once
 
 
 @pytest.fixture
@@ -24,3 +28,36 @@ async def no_leftovers() -> AsyncIterator[None]:
     assert not left, f"tasks left behind: {left}"
     writers = [t for t in threading.enumerate() if t.name == "rollout-writer"]
     assert not writers, f"writer threads left behind: {writers}"
+
+
+# -- the Ray backend: one local cluster for the whole run, on loopback --------------------
+BACKENDS = ["in_process", "ray"]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """A head and two worker nodes on this machine (1 CPU each), every process on
+    127.0.0.1; worker nodes carry the `shard` resource, so shards land on them only."""
+    from ray_support import start_cluster
+
+    ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
+
+    cluster = start_cluster(ray)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Any:
+    """Where children of top-level sessions run: here, or on two shards of the cluster."""
+    if request.param == "in_process":
+        return None
+    request.getfixturevalue("ray_cluster")
+    from ray_support import SHARD_OPTIONS
+
+    from subsessions import RayBackend
+
+    return RayBackend(shards=2, model_on_driver=True, actor_options=SHARD_OPTIONS)

@@ -114,7 +114,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     4: ("composition", "manager"),
     5: ("handlers.subsessions", "router", "task"),
     6: ("resume", "session"),
-    7: ("engine",),
+    7: ("engine", "ray", "ray.backend", "ray.host", "ray.placement", "ray.shard", "ray.wire"),
     8: ("", "__main__", "cli", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.server",
         "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
         "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",

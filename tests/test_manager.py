@@ -65,8 +65,9 @@ def script() -> Script:
 
 
 @pytest.fixture
-async def engine(home: Path, script: Script) -> AsyncIterator[Engine]:
-    async with Engine(home, model_client=script.model, model="engine-model") as engine:
+async def engine(home: Path, script: Script, backend: Any) -> AsyncIterator[Engine]:
+    async with Engine(home, model_client=script.model, model="engine-model",
+                      backend=backend) as engine:
         yield engine
 
 

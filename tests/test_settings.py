@@ -19,6 +19,7 @@ from subsessions.models.openai_chat import OpenAIChatModel
 from subsessions.models.openai_responses import OpenAIResponsesModel
 from subsessions.settings import (
     Provider,
+    RaySettings,
     Settings,
     api_key,
     is_loopback,
@@ -196,6 +197,11 @@ BAD_CONFIGS = [
         id="new-provider-without-base-url",
     ),
     pytest.param("agents = 3\n", "agents", "table", id="agents-not-a-table"),
+    pytest.param("ray = 3\n", "ray", "table", id="ray-not-a-table"),
+    pytest.param("[ray]\nnodes = 2\n", "ray.nodes", "unknown key", id="ray-unknown-key"),
+    pytest.param("[ray]\nshards = 0\n", "ray.shards", "at least 1", id="ray-no-shards"),
+    pytest.param("[ray]\nper_shard = -1\n", "ray.per_shard", "negative", id="ray-negative"),
+    pytest.param("[ray]\naddress = 7\n", "ray.address", "string", id="ray-address-number"),
     pytest.param("model_providers = {local = 3}\n", "model_providers.local", "table",
                  id="provider-not-a-table"),
 ]
@@ -446,3 +452,15 @@ def test_a_planted_config_file_is_one_clear_line(tmp_path: Path, plant: str) -> 
         path.symlink_to(tmp_path / "real.toml")
     with pytest.raises(ConfigError, match=r"cannot read: (not a regular file|a symbolic link)"):
         load_settings(home)
+
+
+def test_a_ray_table_and_the_ray_flag(home: Path) -> None:
+    assert load_settings(home).ray is None  # in process unless asked
+    write_config(home, '[ray]\naddress = "ray://head:10001"\nshards = 4\nper_shard = 50\n')
+    settings = load_settings(home)
+    assert settings.ray == RaySettings(address="ray://head:10001", shards=4, per_shard=50)
+    flagged = with_overrides(settings, ray="auto")
+    assert flagged.ray == RaySettings(address="auto", shards=4, per_shard=50)
+    assert with_overrides(Settings(), ray="local").ray == RaySettings(address=None)
+    with pytest.raises(ConfigError, match="--ray: must be 'local', 'auto' or an address"):
+        with_overrides(Settings(), ray=" ")

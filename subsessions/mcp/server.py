@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from subsessions.errors import ConfigError, SubsessionError
 from subsessions.models.factory import build_model_client
+from subsessions.ray.backend import backend_from
 from subsessions.settings import Settings
 from subsessions.urls import is_loopback_host
 
@@ -116,7 +117,8 @@ async def _main(
     try:
         async with Engine(home, model_client=client, model=settings.model,
                           model_provider=settings.model_provider,
-                          mcp_servers=settings.mcp_servers, mcp_source=settings.source) as engine:
+                          mcp_servers=settings.mcp_servers, mcp_source=settings.source,
+                          backend=backend_from(settings)) as engine:
             app = SubsessionsMcp(engine, settings, http=http is not None,
                                  idle_timeout=idle_timeout)
             if http is not None:

@@ -1,0 +1,165 @@
+"""Ray fan-out benchmark: N children on 2 simulated nodes against the in-process engine.
+
+Subject: one parent spawns N children with the Ray backend (2 shards, one on each worker node
+of a local `ray.cluster_utils.Cluster`, every process on 127.0.0.1), each child a full
+session answered by a scripted model that travels to the shards as configuration, then
+waits for every result. Baseline: the same N children in process, in the same run.
+Rounds alternate baseline and subject (A B A B), each in a fresh directory, after a warm-up;
+figures are per child (min / median / max) and the median ratio. Then cancel latency for
+remote children held in their model call: p50 / p99 of `cancel_child` (the call returns once
+the child's ending is in its rollout), against the same in process.
+
+Run: python bench/ray_fanout.py [--n 10000] [--rounds 2] [--cancels 200] [--dir /dev/shm]
+
+Scaling model (on paper; these machines have 2 cores, so only the overhead is measured):
+for C children whose tools are CPU-bound for t seconds each on nodes of k cores,
+    wall(nodes) ~= spawn + C * t / (nodes * k) + C * o / nodes_driver
+where o is the per-child overhead measured here (the driver's spawn, placement, the
+actor call and the result; the driver is one process, so this term does not shrink with
+nodes) and spawn is the shards' start. Assumptions: tools run in the shards' processes or
+their subprocesses with no shared bottleneck (the shared file system for rollouts keeps up:
+about 10 small appends per child), the model is remote (its latency overlaps across
+children), and children spread evenly (least-loaded placement). Speed-up is near-linear
+while C * t / (nodes * k) dominates C * o, i.e. while t >> o * nodes * k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray: keep it on loopback
+
+from subsessions import Engine, RayBackend, ScriptedModel, SessionConfig
+from subsessions.models.base import ModelRequest
+from subsessions.profiles import load_profiles
+
+PROMPT = "Compute 2 + 2 and answer in one line."
+PROFILES = load_profiles(None)
+LOOPBACK = "127.0.0.1"
+
+
+def answer(request: ModelRequest) -> Any:
+    return ["Answer: 4"]
+
+
+async def hang(request: ModelRequest) -> Any:
+    await asyncio.sleep(3600)  # held in its model call until cancelled
+    return ["never"]
+
+
+def start_cluster(workers: int) -> Any:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "node_ip_address": LOOPBACK, "include_dashboard": False})
+    for _ in range(workers):
+        cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK, resources={"shard": 1})
+    ray.init(address=cluster.address, _node_ip_address=LOOPBACK, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    return cluster
+
+
+def backend(shards: int) -> RayBackend:
+    return RayBackend(shards=shards, actor_options={"num_cpus": 0, "resources": {"shard": 0.01}})
+
+
+async def fan_out(home: Path, n: int, ray_shards: int | None) -> float:
+    """Seconds from the first spawn to the last result (the backend already started)."""
+    chosen = backend(ray_shards) if ray_shards else None
+    async with Engine(home, model_client=ScriptedModel(answer), profiles=PROFILES,
+                      backend=chosen) as engine:
+        parent = await engine.create_session(SessionConfig(max_children=n + 10))
+        warm = [await parent.subsessions.spawn_child("default", PROMPT) for _ in range(4)]
+        await parent.subsessions.wait_all(warm)  # shards started and warm
+        start = time.perf_counter()
+        ids = [await parent.subsessions.spawn_child("default", PROMPT) for _ in range(n)]
+        done = await parent.subsessions.wait_all(ids)
+        elapsed = time.perf_counter() - start
+        assert not done.timed_out and all(c.result == "Answer: 4" for c in done.children.values())
+    return elapsed
+
+
+async def cancel_latency(home: Path, k: int, ray_shards: int | None) -> list[float]:
+    chosen = backend(ray_shards) if ray_shards else None
+    async with Engine(home, model_client=ScriptedModel(hang), profiles=PROFILES,
+                      backend=chosen) as engine:
+        parent = await engine.create_session(SessionConfig(max_children=k + 10))
+        ids = [await parent.subsessions.spawn_child("default", PROMPT) for _ in range(k)]
+        await _all_in_model_call(chosen, k)
+        times = []
+        for cid in ids:
+            start = time.perf_counter()
+            assert await parent.subsessions.cancel_child(cid)
+            times.append(time.perf_counter() - start)
+    return times
+
+
+async def _all_in_model_call(chosen: RayBackend | None, k: int) -> None:
+    if chosen is None:
+        await asyncio.sleep(0.5)
+        return
+    while chosen.pool is None or sum(s.load for s in chosen.pool.shards) < k:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)  # each is inside its model call on its shard
+
+
+def _row(name: str, per_child: list[float]) -> str:
+    return (f"{name:<22} min {min(per_child):8.1f}  median {statistics.median(per_child):8.1f}"
+            f"  max {max(per_child):8.1f} us/child")
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))] * 1000
+
+
+async def main(args: argparse.Namespace) -> None:
+    base = Path(args.dir)
+    run = Path(tempfile.mkdtemp(prefix="ray-fanout-", dir=base))
+    local: list[float] = []
+    remote: list[float] = []
+    for round_ in range(args.rounds):
+        local.append(await fan_out(run / f"local-{round_}", args.n, None) / args.n * 1e6)
+        remote.append(await fan_out(run / f"ray-{round_}", args.n, 2) / args.n * 1e6)
+        print(f"round {round_ + 1}: in process {local[-1]:.1f}, ray {remote[-1]:.1f} us/child",
+              flush=True)
+    print(f"N = {args.n} children, {args.rounds} rounds, rollouts in {base}")
+    print(_row("in process", local))
+    print(_row("ray (2 nodes)", remote))
+    print(f"per-child overhead ratio (median ray / in process): "
+          f"{statistics.median(remote) / statistics.median(local):.1f}x")
+    local_c = await cancel_latency(run / "cancel-local", args.cancels, None)
+    remote_c = await cancel_latency(run / "cancel-ray", args.cancels, 2)
+    for name, values in (("in process", local_c), ("ray (2 nodes)", remote_c)):
+        print(f"cancel latency {name:<14} p50 {_pct(values, 50):7.2f} ms  "
+              f"p99 {_pct(values, 99):7.2f} ms  (n = {len(values)})")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"driver peak RSS {peak:.0f} MiB; gc.freeze not used")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cancels", type=int, default=200)
+    parser.add_argument("--dir", default=tempfile.gettempdir())
+    arguments = parser.parse_args()
+    import ray
+
+    cluster = start_cluster(2)
+    try:
+        asyncio.run(main(arguments))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    sys.exit(0)

@@ -1,0 +1,260 @@
+"""RayBackend: top-level sessions' children run on shard actors (DESIGN 3.8).
+
+The parent keeps an ordinary child `Session` as the proxy of each remote child: its record,
+its rollout's head (written here, so the parent's line naming it never comes first), its
+events hub and its usage. Only its task runs elsewhere: `run_task` sends the child to the
+least-loaded live shard and waits; cancelling it is `ray.cancel` of that call. Requests the
+shard sends back (the root's handlers, hooks, deferred tools, the model when it cannot
+travel) run here, in the driver, by `host.py`. Ray is imported when the backend starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import os
+from collections.abc import Awaitable, Mapping
+from typing import Any
+
+from attrs import define, evolve, field
+
+from subsessions import task
+from subsessions.config import BUILTIN_TOOL_NAMES
+from subsessions.errors import ConfigError, RemoteError, WorkerLost
+from subsessions.events import listening
+from subsessions.models.base import TokenUsage
+from subsessions.profiles import Profile
+from subsessions.ray import host
+from subsessions.ray.placement import ShardRef, Shards, import_ray
+from subsessions.ray.wire import ChildSpec, Outcome, RootSpec, ToolSpec
+from subsessions.runtime import Runtime
+from subsessions.session import Session
+from subsessions.settings import Settings
+
+log = logging.getLogger("subsessions")
+INSTALL = "the Ray backend needs Ray: pip install 'subsessions[ray]'"
+LOOPBACK = "127.0.0.1"
+LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray treats this as one machine
+CLOSE_SECONDS = 10.0  # how long close waits for a shard to write its last lines
+
+
+def require_ray(source: str = "RayBackend") -> None:
+    """One clear line when the extra is missing; Ray itself is not imported."""
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(source, "ray", INSTALL)
+
+
+def _address(value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value.strip()
+                              or "\0" in value):
+        raise ConfigError("RayBackend", "address",
+                          "must be None (a local Ray), 'auto', 'ray://HOST:PORT' or HOST:PORT")
+    return value
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError("RayBackend", name, f"must be an integer of at least 1, not "
+                          f"{value!r:.40}")
+    return value
+
+
+def _shards(value: Any) -> int | None:
+    return None if value is None else _count("shards", value)
+
+
+def _per_shard(value: Any) -> int:
+    return _count("per_shard", value)
+
+
+@define(eq=False)
+class RayBackend:
+    """`Engine(..., backend=RayBackend(address=None | "auto" | "ray://...", shards=None,
+    per_shard=1000))`. `address=None` starts a local Ray on loopback; `shards=None` starts
+    one shard per node and another whenever every shard holds `per_shard` children.
+
+    The model reaches shards as configuration: `model_settings` (a provider from
+    config.toml: each shard builds its own client, the key read from its own environment),
+    else the engine's client itself when it pickles (`ScriptedModel` with a picklable
+    script), or with `model_on_driver=True` every model call is made by the driver's client.
+    """
+
+    address: str | None = field(default=None, converter=_address)
+    shards: int | None = field(default=None, converter=_shards)
+    per_shard: int = field(default=1000, converter=_per_shard)
+    model_settings: Settings | None = None
+    model_on_driver: bool = False
+    actor_options: Mapping[str, Any] = field(factory=lambda: {"num_cpus": 1})
+    _pool: Shards | None = field(default=None, init=False)
+    _starting: asyncio.Task[Shards] | None = field(default=None, init=False)
+    _owns_ray: bool = field(default=False, init=False)
+    _hosts: dict[str, Session] = field(factory=dict, init=False)  # remote children by id
+
+    def __attrs_post_init__(self) -> None:
+        require_ray()
+
+    def __repr__(self) -> str:
+        pool = self._pool
+        shards = "not started" if pool is None else repr(pool)
+        return f"<RayBackend address={self.address!r} {shards}>"
+
+    @property
+    def pool(self) -> Shards | None:
+        """The shards, once started (tests and benchmarks look at placement)."""
+        return self._pool
+
+    # -- the seam: where a task runs --------------------------------------------------------
+    def run_task(self, host_session: Any, prompt: str, first: bool) -> Awaitable[str | None]:
+        """Children of top-level sessions run on a shard; every other task runs here."""
+        if not isinstance(host_session, Session) or host_session.depth != 1 or not first:
+            return task.run(host_session, prompt, first)
+        return self._run_remote(host_session, prompt)
+
+    async def _run_remote(self, child: Session, prompt: str) -> str | None:
+        try:
+            try:
+                pool = await self._started(child.runtime)
+                # Its session_meta (written here) is in the file before the shard appends.
+                await child.recorder.flush_durable()
+                shard = await pool.place()
+            except asyncio.CancelledError:  # no shard has it yet: it ends here, as in process
+                child.cancel_at_first_step()
+                await task.run(child, prompt, True)
+                raise
+            assert child.parent is not None
+            spec = _spec(child, prompt, pool.answerer.elsewhere(shard, child.parent))
+            outcome = await self._run_on(shard, spec, child)
+        finally:
+            child.task_ended()
+        child.token_usage = TokenUsage(outcome.input_tokens, outcome.output_tokens)
+        child.turns = outcome.turns
+        child.router.calls = outcome.tool_calls
+        child.answered_by = outcome.answered_by
+        if outcome.state == "failed":
+            raise RemoteError(outcome.error or "failed")
+        if outcome.state == "cancelled":
+            raise asyncio.CancelledError
+        return outcome.result
+
+    async def _run_on(self, shard: ShardRef, spec: ChildSpec, child: Session) -> Outcome:
+        ray = import_ray()
+        self._hosts[spec.session_id] = child
+        shard.load += 1
+        ref = shard.actor.run_child.remote(spec)
+        try:
+            outcome: Outcome = await ref
+            return outcome
+        except asyncio.CancelledError:
+            ray.cancel(ref)  # reaches the child's coroutine; it writes its own ending
+            with contextlib.suppress(Exception):
+                await ref
+            raise
+        except ray.exceptions.TaskCancelledError:
+            raise asyncio.CancelledError from None
+        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
+                ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError) as exc:
+            reason = shard.lost(exc)
+            raise WorkerLost(reason) from None
+        except ray.exceptions.RayTaskError as exc:
+            raise RemoteError(str(exc.cause) if exc.cause else str(exc)) from None
+        finally:
+            shard.load -= 1
+            self._hosts.pop(spec.session_id, None)
+
+    # -- starting and closing ---------------------------------------------------------------
+    async def _started(self, runtime: Runtime) -> Shards:
+        if self._starting is not None and self._starting.done():
+            return self._starting.result()
+        if self._starting is None:
+            self._starting = asyncio.get_running_loop().create_task(
+                self._start(runtime), name="subsessions-ray-start")
+        return await asyncio.shield(self._starting)
+
+    async def _start(self, runtime: Runtime) -> Shards:
+        if self.address is None:  # a local Ray: never resolve 127.0.0.1 to this machine's
+            os.environ.setdefault(LOOPBACK_SWITCH, "0")  # address (read when Ray is imported)
+        ray = import_ray()
+        if not ray.is_initialized():
+            self._owns_ray = True
+            await asyncio.to_thread(self._init, ray)
+        source = self._model_source(runtime)
+        pool = self._pool = Shards(runtime, source, self.shards, self.per_shard,
+                                   dict(self.actor_options), host.Answerer(runtime, self._hosts))
+        await pool.start()
+        return pool
+
+    def _init(self, ray: Any) -> None:
+        if self.address is None:  # a local Ray: every process on loopback, no dashboard
+            ray.init(_node_ip_address=LOOPBACK, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        else:
+            ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+
+    def _model_source(self, runtime: Runtime) -> tuple[str, Any]:
+        if self.model_settings is not None:
+            return ("settings", self.model_settings)
+        if self.model_on_driver:
+            return ("driver", None)
+        try:
+            import_ray().cloudpickle.dumps(runtime.model_client)
+        except Exception as exc:
+            raise ConfigError("RayBackend", "model", f"the model client cannot be sent to "
+                              f"shards ({type(exc).__name__}); pass model_settings= or "
+                              "model_on_driver=True") from None
+        return ("client", runtime.model_client)
+
+    async def aclose(self) -> None:
+        """After every child has ended: shards write their last lines and go."""
+        if self._starting is not None:
+            with contextlib.suppress(Exception):
+                await self._starting
+        pool = self._pool
+        if pool is not None:
+            await pool.close(CLOSE_SECONDS)
+        if self._owns_ray:
+            await asyncio.to_thread(import_ray().shutdown)
+
+
+def _spec(child: Session, prompt: str, elsewhere: int) -> ChildSpec:
+    parent = child.parent
+    assert parent is not None
+    root = parent.config
+    config = evolve(child.config, tools=(), permission_handler=None, hooks=None,
+                    user_input_handler=None, mcp_servers={})
+    context = child.tool_context
+    tools = tuple(
+        ToolSpec(t.name, t.description, t.parameters, t.requires_permission,
+                 "builtin" if t.name in BUILTIN_TOOL_NAMES and context is not None
+                 else "deferred" if t.handler is None else "host")
+        for t in child.tools()
+    )
+    hooks = root.hooks
+    return ChildSpec(
+        session_id=child.session_id, rollout_path=child.rollout_path,
+        started_at=child.started_at, call_id=child.call_id or "", prompt=prompt,
+        source=child.source if isinstance(child.source, dict) else {},
+        profile=child.profile or Profile(name="custom"), config=config, tools=tools,
+        tool_context=context,
+        root=RootSpec(
+            session_id=parent.session_id, max_depth=root.max_depth,
+            max_children=root.max_children, custom_agents=root.custom_agents,
+            hooks=tuple(n for n in host.HOOK_NAMES if getattr(hooks, n, None) is not None),
+            permission_handler=root.permission_handler is not None,
+            user_input_handler=root.user_input_handler is not None,
+            notify_on_child_end=root.notify_on_child_end, running=elsewhere,
+        ),
+        relay_events=listening(child.events),
+        cancel_first=child.cancel_requested,
+    )
+
+
+def backend_from(settings: Settings) -> RayBackend | None:
+    """The backend `[ray]` / `--ray` ask for (None: in process); shards build the model
+    client from the same provider settings, reading the key from their own environment."""
+    if settings.ray is None:
+        return None
+    require_ray(settings.source if settings.source != "defaults" else "--ray")
+    return RayBackend(address=settings.ray.address, shards=settings.ray.shards,
+                      per_shard=settings.ray.per_shard, model_settings=settings)

@@ -1,0 +1,161 @@
+"""The driver's side of host dispatch across the cluster (DESIGN 3.6, 3.8).
+
+A remote child's calls of host tools, deferred tools, permission requests, hooks, user input
+(and model calls, when the model stays in the driver) arrive as requests from its shard and
+run the top-level session's own handlers here; the answer goes back. The rest of the
+dispatch (allowlists, hook order, texts) already ran on the shard with the in-process code.
+Events of remote children are forwarded to the parent's stream as in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Protocol
+
+from attrs import define, field, fields
+
+from subsessions.clock import clock
+from subsessions.config import Hooks, Invocation
+from subsessions.dispatch import call_maybe_async
+from subsessions.errors import ToolNotSupported, UnknownSession, error_text
+from subsessions.events import EventHub, SessionEvent, emit
+from subsessions.ray.wire import Cancel, Event, Request, Room
+from subsessions.runtime import Runtime
+from subsessions.session import Session
+
+log = logging.getLogger("subsessions")
+HOOK_NAMES = tuple(f.name for f in fields(Hooks))
+
+
+class Replier(Protocol):
+    """What the answerer needs of a shard: its actor (to answer) and an index."""
+
+    index: int
+    actor: Any
+
+
+@define(eq=False)
+class Answerer:
+    runtime: Runtime
+    hosts: dict[str, Session]  # the remote children running, by id (the backend's)
+    _calls: dict[tuple[int, int], asyncio.Task[None]] = field(factory=dict)
+    # descendants running on a shard, by (shard, root): counted in the root's tree
+    _rooms: dict[tuple[int, str], int] = field(factory=dict)
+
+    def elsewhere(self, shard: Replier, root: Session) -> int:
+        """The root's running children that are not counted on `shard` already."""
+        return root.tree.running - self._rooms.get((shard.index, root.session_id), 0)
+
+    def receive(self, shard: Replier, message: Request | Event | Cancel | Room) -> None:
+        if isinstance(message, Event):
+            self._forward(message)
+        elif isinstance(message, Room):
+            self._room(shard.index, message.root_id, message.delta)
+        elif isinstance(message, Request):
+            key = (shard.index, message.request_id)
+            call = asyncio.get_running_loop().create_task(
+                self._answer(shard, message), name=f"subsessions-ray-{message.kind}")
+            self._calls[key] = call
+            call.add_done_callback(lambda _: self._calls.pop(key, None))
+        else:
+            pending = self._calls.get((shard.index, message.request_id))
+            if pending is not None:
+                pending.cancel()
+
+    def forget(self, shard: Replier) -> None:
+        """A lost shard's requests (nobody is left to take their answers) and its
+        descendants' places in their trees."""
+        for (index, _), call in list(self._calls.items()):
+            if index == shard.index:
+                call.cancel()
+        for (index, root_id), count in list(self._rooms.items()):
+            if index == shard.index:
+                self._room(index, root_id, -count)
+
+    def _room(self, index: int, root_id: str, delta: int) -> None:
+        key = (index, root_id)
+        self._rooms[key] = self._rooms.get(key, 0) + delta
+        if not self._rooms[key]:
+            del self._rooms[key]
+        try:
+            root, _ = self.runtime.dispatcher.resolve_session(root_id)
+        except UnknownSession:
+            return  # destroyed or closed: its tree is gone
+        for _ in range(abs(delta)):
+            if delta > 0:
+                root.tree.child_started()
+            else:
+                root.tree.child_ended()
+
+    async def aclose(self) -> None:
+        calls = list(self._calls.values())
+        for call in calls:
+            call.cancel()
+        if calls:
+            await asyncio.wait(calls)
+
+    async def _answer(self, shard: Replier, request: Request) -> None:
+        try:
+            value, ok = await self._serve(request), True
+        except asyncio.CancelledError:
+            raise  # the shard gave up on it (its child was cancelled), or we are closing
+        except Exception as exc:
+            value, ok = error_text(exc), False
+        try:
+            shard.actor.answer.remote(request.request_id, ok, value)
+        except Exception as exc:  # e.g. a value that cannot be sent
+            shard.actor.answer.remote(request.request_id, False,
+                                      f"{request.kind} {request.name} answered with a value "
+                                      f"that cannot be sent: {error_text(exc)}")
+
+    async def _serve(self, request: Request) -> Any:
+        kind, args = request.kind, request.args
+        if kind == "model":
+            return await self.runtime.model_client.respond(args[0])
+        dispatcher = self.runtime.dispatcher
+        root, _ = dispatcher.resolve_session(request.root_id)
+        config = root.config
+        if kind == "tool":
+            child = self.hosts.get(request.child_id)
+            tools = child.tools() if child is not None else config.tools
+            tool = next((t for t in tools if t.name == request.name), None)
+            if tool is None or tool.handler is None:
+                raise ToolNotSupported(request.name)
+            return await call_maybe_async(tool.handler, args[0], Invocation(*args[1]))
+        if kind == "deferred":
+            arguments, session_id, call_id = args
+            return await dispatcher.deferred(root, session_id, request.name, arguments, call_id)
+        if kind == "hook":
+            return await call_maybe_async(getattr(config.hooks, request.name), args[0])
+        handler = (config.permission_handler if kind == "permission"
+                   else config.user_input_handler)
+        return await call_maybe_async(handler, args[0])
+
+    def _forward(self, event: Event) -> None:
+        """As in process: the child's own events through its hub (so they reach the parent
+        with `parent_tool_call_id`), its descendants' already forwarded, the root's own."""
+        child = self.hosts.get(event.child_id)
+        if event.child_id == "":
+            with contextlib.suppress(UnknownSession):
+                root, _ = self.runtime.dispatcher.resolve_session(event.root_id)
+                emit(root.events, event.type, event.data)
+            return
+        if child is None:
+            return  # it has ended meanwhile: its stream is closed
+        if event.session_id == event.child_id:
+            data = {k: v for k, v in event.data.items() if k != "parent_tool_call_id"}
+            emit(child.events, event.type, data)
+        else:
+            _deliver_up(child.events, event)
+
+
+def _deliver_up(hub: EventHub, event: Event) -> None:
+    event_id, previous = hub.next_id()
+    forwarded = SessionEvent(id=event_id, timestamp=clock.now(), parent_id=previous,
+                             type=event.type, data=event.data, session_id=event.session_id)
+    node: EventHub | None = hub
+    while node is not None:
+        node.deliver(forwarded)
+        node = node.parent

@@ -1,0 +1,168 @@
+"""The shards: started, placed on (least-loaded live shard first), listened to, lost, closed.
+
+Each live shard has one pump in the driver: a long `pull` that brings back the shard's
+messages (host requests, events) for the `Answerer`. A shard whose actor or node dies is
+marked lost once, with the reason its children fail with; new children go to live ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from attrs import define, field
+
+from subsessions.errors import WorkerLost
+from subsessions.ray.host import Answerer
+from subsessions.ray.shard import Shard
+from subsessions.runtime import Runtime
+
+log = logging.getLogger("subsessions")
+MAX_CONCURRENCY = 100_000  # children and requests in flight on one shard
+
+
+@define(eq=False)
+class ShardRef:
+    index: int
+    actor: Any
+    node_id: str = ""
+    pid: int = 0
+    load: int = 0  # children running there
+    lost_reason: str | None = None
+    pump: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        state = "live" if self.alive else f"lost ({self.lost_reason})"
+        return f"<Shard {self.index} node={self.node_id[:8]} load={self.load} {state}>"
+
+    @property
+    def alive(self) -> bool:
+        return self.lost_reason is None
+
+    def lost(self, exc: BaseException | None = None) -> str:
+        """Mark the shard lost (once); the reason its children fail with."""
+        if self.lost_reason is None:
+            what = "" if exc is None else f": {_first_line(exc)}"
+            self.lost_reason = f"shard {self.index} on node {self.node_id[:12]}{what}"
+            log.warning("subsessions: %s", self.lost_reason)
+        return self.lost_reason
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:200]
+
+
+@define(eq=False)
+class Shards:
+    runtime: Runtime
+    model_source: tuple[str, Any]
+    count: int | None
+    per_shard: int
+    options: dict[str, Any]
+    answerer: Answerer
+    shards: list[ShardRef] = field(factory=list)
+    _adding: asyncio.Lock = field(factory=asyncio.Lock)
+
+    def __repr__(self) -> str:
+        return f"<Shards {self.shards}>"
+
+    @property
+    def live(self) -> list[ShardRef]:
+        return [s for s in self.shards if s.alive]
+
+    async def start(self) -> None:
+        ray = import_ray()
+        count = self.count or max(1, len([n for n in ray.nodes() if n.get("Alive")]))
+        await asyncio.gather(*(self._add() for _ in range(count)))
+
+    async def _add(self) -> ShardRef:
+        ray = import_ray()
+        runtime = self.runtime
+        actor_class = ray.remote(Shard)
+        options = {"max_concurrency": MAX_CONCURRENCY, "scheduling_strategy": "SPREAD",
+                   "max_restarts": 0, **self.options}
+        actor: Any = actor_class.options(**options).remote(
+            str(runtime.home), runtime.cwd, runtime.model, runtime.model_provider,
+            dict(runtime.profiles), self.model_source)
+        shard = ShardRef(len(self.shards), actor)
+        self.shards.append(shard)
+        try:
+            shard.node_id, shard.pid = await actor.ready.remote()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # it could not start (its node died meanwhile)
+            shard.lost(exc)
+            return shard
+        shard.pump = asyncio.get_running_loop().create_task(
+            self._pump(shard), name=f"subsessions-ray-pump-{shard.index}")
+        return shard
+
+    async def place(self) -> ShardRef:
+        """The least-loaded live shard (a new one when each holds `per_shard` and the
+        number of shards was left to us)."""
+        live = self.live
+        best = min(live, key=lambda s: (s.load, s.index), default=None)
+        if self.count is None and (best is None or best.load >= self.per_shard):
+            async with self._adding:
+                live = self.live
+                best = min(live, key=lambda s: (s.load, s.index), default=None)
+                if best is None or best.load >= self.per_shard:
+                    best = await self._add()
+        if best is None:
+            raise WorkerLost("no live shard is left")
+        return best
+
+    async def _pump(self, shard: ShardRef) -> None:
+        """Bring the shard's messages to the answerer until the shard goes."""
+        handled = 0
+        try:
+            while True:
+                batch = await shard.actor.pull.remote(handled)
+                for message in batch:
+                    self.answerer.receive(shard, message)
+                handled += len(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the actor or its node died (or was killed at close)
+            shard.lost(exc)
+        finally:
+            self.answerer.forget(shard)
+
+    async def close(self, seconds: float) -> None:
+        """Let each live shard write its last lines, then stop the pumps and the actors."""
+        ray = import_ray()
+
+        try:
+            await self._close_shards(seconds)
+        finally:
+            pumps = [s.pump for s in self.shards if s.pump is not None]
+            for pump in pumps:
+                pump.cancel()
+            if pumps:
+                await asyncio.wait(pumps)
+            await self.answerer.aclose()
+            for shard in self.shards:
+                with contextlib.suppress(Exception):
+                    ray.kill(shard.actor, no_restart=True)
+
+    async def _close_shards(self, seconds: float) -> None:
+        closing = [asyncio.ensure_future(s.actor.close.remote()) for s in self.live]
+        if not closing:
+            return
+        _, late = await asyncio.wait(closing, timeout=seconds)
+        for future in late:
+            future.cancel()
+        if late:
+            await asyncio.wait(late)
+        for future in closing:
+            if not future.cancelled():
+                future.exception()  # retrieved: a shard that died meanwhile is fine
+
+
+def import_ray() -> Any:
+    import ray
+
+    return ray

@@ -1,0 +1,113 @@
+"""What crosses between the driver and a shard: plain picklable values, never live objects.
+
+A child travels as its config without handlers (each host tool as its definition, built
+again on the shard around a proxy), the root's limits and the names of the handlers it has;
+host requests travel as `Request`s and come back as `Answer`s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attrs import frozen
+
+from subsessions.config import SessionConfig
+from subsessions.profiles import Profile
+from subsessions.tools import ToolContext
+
+
+@frozen
+class ToolSpec:
+    """A host tool as a shard knows it; its handler stays in the driver."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    requires_permission: bool
+    kind: str  # host (a handler in the driver) | deferred (the host answers) | builtin
+
+
+@frozen
+class RootSpec:
+    """What a child's tree needs of its top-level session: limits, agents, which handlers."""
+
+    session_id: str
+    max_depth: int
+    max_children: int
+    custom_agents: tuple[Profile, ...]
+    hooks: tuple[str, ...]  # the names of the hooks the root registered
+    permission_handler: bool
+    user_input_handler: bool
+    notify_on_child_end: bool
+    running: int  # children running in the tree but not on this shard, at the spawn
+
+
+@frozen
+class ChildSpec:
+    """One child of a top-level session, to be run on a shard."""
+
+    session_id: str
+    rollout_path: str  # its session_meta is in the file already (written by the driver)
+    started_at: float
+    call_id: str
+    prompt: str
+    source: dict[str, Any]
+    profile: Profile
+    config: SessionConfig  # without tools and handlers
+    tools: tuple[ToolSpec, ...]  # built-in ones are made anew on the shard in `tool_context`
+    tool_context: ToolContext | None
+    root: RootSpec
+    relay_events: bool  # someone listens in the driver: send the child's events there
+    cancel_first: bool  # cancelled before it was sent: end at its first step
+
+
+@frozen
+class Request:
+    """A shard asking the driver to run one of the root's handlers (or its model)."""
+
+    request_id: int
+    root_id: str
+    child_id: str  # the top-level session's child whose tools these are (tool requests)
+    kind: str  # model | tool | deferred | hook | permission | user_input
+    name: str  # the tool's or hook's name ("" otherwise)
+    args: tuple[Any, ...]
+
+
+@frozen
+class Event:
+    """An event of a remote child (or one of its descendants), for the driver to forward."""
+
+    root_id: str
+    child_id: str  # the top-level session's child whose subtree it happened in
+    session_id: str  # the session it happened in
+    type: str
+    data: dict[str, Any]
+
+
+@frozen
+class Room:
+    """A descendant started (+1) or ended (-1) on a shard: the tree's count is the driver's."""
+
+    root_id: str
+    delta: int
+
+
+@frozen
+class Cancel:
+    """The shard no longer needs an answer (the calling child was cancelled)."""
+
+    request_id: int
+
+
+@frozen
+class Outcome:
+    """How a remote child's task ended, once its ending is in its rollout."""
+
+    state: str  # done | failed
+    result: str | None
+    error: str | None
+    input_tokens: int
+    output_tokens: int
+    turns: int
+    tool_calls: int
+    answered_by: str | None

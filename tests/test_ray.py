@@ -1,0 +1,332 @@
+"""The Ray backend beyond the shared suite (DESIGN 3.8): placement across nodes, driver-side
+handlers, node loss, close with remote children running, and Ray imported only when asked.
+
+The cluster (conftest `ray_cluster`) is a head and two worker nodes on 127.0.0.1; shards go
+to the worker nodes, one each. Node loss removes a worker node from the cluster mid-run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scripting import WORKER, Script, Watch, first_prompt, rollout_of, spawn_held, terminals
+
+from subsessions import (
+    ChildFailed,
+    ChildStatus,
+    ConfigError,
+    Engine,
+    Hooks,
+    RayBackend,
+    ScriptedModel,
+    Session,
+    SessionConfig,
+    Tool,
+)
+from subsessions.rollouts.reader import find_rollout, read_rollout
+
+pytest.importorskip("ray", reason="the [ray] extra is not installed")
+
+ONE_TOOL = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+@pytest.fixture
+def script() -> Script:
+    return Script(route=first_prompt)
+
+
+@pytest.fixture
+async def engine(home: Path, script: Script, ray_cluster: Any) -> AsyncIterator[Engine]:
+    from ray_support import SHARD_OPTIONS
+
+    backend = RayBackend(shards=2, model_on_driver=True, actor_options=SHARD_OPTIONS)
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
+        yield engine
+
+
+def _backend(engine: Engine) -> RayBackend:
+    backend = engine.runtime.backend
+    assert isinstance(backend, RayBackend)
+    return backend
+
+
+async def test_children_go_to_the_least_loaded_shard_on_both_worker_nodes(
+    engine: Engine, script: Script, ray_cluster: Any
+) -> None:
+    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+    held = [await spawn_held(parent, script, f"held {n}") for n in range(4)]
+    pool = _backend(engine).pool
+    assert pool is not None
+    assert [s.load for s in pool.shards] == [2, 2]
+    workers = {node.node_id for node in ray_cluster.worker_nodes}
+    assert {s.node_id for s in pool.shards} == workers  # one shard on each worker node
+    for n in range(4):
+        script.answer(f"held {n}", [f"done {n}"])
+    assert [await parent.subsessions.wait_child(c) for c in held] == [
+        f"done {n}" for n in range(4)]
+
+
+async def test_driver_side_handlers_run_in_this_process_in_order(
+    engine: Engine, script: Script
+) -> None:
+    seen: list[tuple[str, Any]] = []
+
+    def tool(arguments: dict[str, Any], invocation: Any) -> str:
+        seen.append(("tool", invocation.session_id))
+        return "tool output"
+
+    def pre(data: dict[str, Any]) -> dict[str, Any]:
+        seen.append(("pre", data["tool_name"]))
+        return {"modifiedArgs": {"x": 1}}
+
+    def post(data: dict[str, Any]) -> dict[str, Any]:
+        seen.append(("post", data["tool_args"]))
+        return {"modifiedResult": data["tool_result"] + " (checked)"}
+
+    def permission(request: dict[str, Any]) -> str:
+        seen.append(("permission", request["tool_name"]))
+        return "approved"
+
+    config = SessionConfig(
+        custom_agents=(WORKER,), hooks=Hooks(on_pre_tool_use=pre, on_post_tool_use=post),
+        permission_handler=permission,
+        tools=(Tool("probe", "probes", ONE_TOOL, tool, requires_permission=True),),
+    )
+    parent = await engine.create_session(config)
+    script.handlers["use it"] = lambda request: (
+        [{"type": "function_call", "name": "probe", "arguments": {}}]
+        if len(script.seen["use it"]) == 1 else [request.items[-1]["output"]])
+    cid = await parent.subsessions.spawn_child("worker", "use it")
+    assert await parent.subsessions.wait_child(cid) == "tool output (checked)"
+    assert seen == [("pre", "probe"), ("permission", "probe"), ("tool", cid),
+                    ("post", {"x": 1})]
+
+
+async def test_a_raising_host_tool_is_a_failed_output_with_its_text(
+    engine: Engine, script: Script
+) -> None:
+    def broken(arguments: dict[str, Any], invocation: Any) -> str:
+        raise ValueError("the host's tool broke")
+
+    parent = await engine.create_session(SessionConfig(
+        custom_agents=(WORKER,), tools=(Tool("broken", "breaks", ONE_TOOL, broken),)))
+    script.handlers["break it"] = lambda request: (
+        [{"type": "function_call", "name": "broken", "arguments": {}}]
+        if len(script.seen["break it"]) == 1 else [request.items[-1]["output"]])
+    cid = await parent.subsessions.spawn_child("worker", "break it")
+    assert await parent.subsessions.wait_child(cid) == "the host's tool broke"
+
+
+async def test_a_remote_childs_deferred_call_is_answered_by_the_driver_host(
+    engine: Engine, script: Script
+) -> None:
+    parent = await engine.create_session(SessionConfig(
+        custom_agents=(WORKER,), tools=(Tool("later", "answered later", ONE_TOOL),)))
+    answered: list[str] = []
+
+    def on_event(event: Any) -> None:
+        if event.type == "external_tool.requested":
+            answered.append(event.data["session_id"])
+            parent.handle_pending_tool_call(event.data["request_id"], result={"ok": True})
+
+    parent.on(on_event)
+    script.handlers["defer"] = lambda request: (
+        [{"type": "function_call", "name": "later", "arguments": {}}]
+        if len(script.seen["defer"]) == 1 else [request.items[-1]["output"]])
+    cid = await parent.subsessions.spawn_child("worker", "defer")
+    assert await parent.subsessions.wait_child(cid) == '{"ok":true}'
+    assert answered == [cid]
+
+
+async def test_remote_events_reach_the_parent_with_the_spawning_call(
+    engine: Engine, script: Script
+) -> None:
+    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+    watch = Watch()
+    parent.on(watch)
+    cid = await parent.subsessions.spawn_child("worker", "talk", call_id="call_talk")
+    await parent.subsessions.wait_child(cid)
+    mine = [e for e in watch.events if e.session_id == cid]
+    assert [e.type for e in mine] == ["session.start", "assistant.message", "session.idle"]
+    assert {e.data["parent_tool_call_id"] for e in mine} == {"call_talk"}
+    assert [e.type for e in watch.endings(cid)] == ["subagent.completed"]
+
+
+async def test_losing_a_node_fails_its_children_once_and_the_engine_goes_on(
+    home: Path, script: Script, ray_cluster: Any
+) -> None:
+    """Its own cluster node: removing one of the shared worker nodes would starve the rest."""
+    from ray_support import SHARD_OPTIONS, add_worker
+
+    node = add_worker(ray_cluster, {"doomed": 1})
+    options = {**SHARD_OPTIONS, "resources": {"doomed": 0.01}}
+    backend = RayBackend(shards=1, model_on_driver=True, actor_options=options)
+    try:
+        async with Engine(home, model_client=script.model, backend=backend) as engine:
+            parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+            watch = Watch()
+            parent.on(watch)
+            held = [await spawn_held(parent, script, f"lost {n}") for n in range(2)]
+            pool = backend.pool
+            assert pool is not None and pool.shards[0].node_id == node.node_id
+            ray_cluster.remove_node(node, allow_graceful=False)
+            for cid in held:
+                with pytest.raises(ChildFailed) as failed:
+                    await parent.subsessions.wait_child(cid, timeout=60)
+                assert failed.value.error.startswith("worker lost: shard 0 on node ")
+                assert parent.subsessions.status(cid) is ChildStatus.FAILED
+                assert len(watch.endings(cid)) == 1
+                # its own rollout has no ending: a reader lists it as interrupted
+                assert read_rollout(find_rollout(home, cid)).status == "interrupted"
+            # no live shard is left: a new child fails the same way, the engine still serves
+            cid = await parent.subsessions.spawn_child("worker", "after")
+            with pytest.raises(ChildFailed, match="worker lost: no live shard is left"):
+                await parent.subsessions.wait_child(cid, timeout=60)
+            assert await parent.send_and_wait("the parent goes on") == (
+                "answer to the parent goes on")
+    finally:
+        script.cancelled.clear()
+    parent_events = [e["message"] for e in _events(rollout_of(home, parent.session_id))]
+    assert sum(f"{c} failed: worker lost: shard 0" in m for m in parent_events
+               for c in held) == 2
+
+
+async def test_new_children_go_to_live_shards_after_a_shard_dies(
+    engine: Engine, script: Script
+) -> None:
+    import ray
+
+    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+    first = await spawn_held(parent, script, "on the first shard")
+    pool = _backend(engine).pool
+    assert pool is not None
+    doomed = next(s for s in pool.shards if s.load == 1)
+    ray.kill(doomed.actor, no_restart=True)
+    with pytest.raises(ChildFailed, match="worker lost: shard "):
+        await parent.subsessions.wait_child(first, timeout=60)
+    later = [await parent.subsessions.spawn_child("worker", f"later {n}") for n in range(3)]
+    assert [await parent.subsessions.wait_child(c, timeout=60) for c in later] == [
+        f"answer to later {n}" for n in range(3)]
+    assert [s.alive for s in pool.shards].count(True) == 1
+
+
+async def test_close_with_remote_children_running_ends_each_once(
+    home: Path, script: Script, ray_cluster: Any
+) -> None:
+    from ray_support import SHARD_OPTIONS
+
+    backend = RayBackend(shards=2, model_on_driver=True, actor_options=SHARD_OPTIONS)
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
+        parent: Session = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        await parent.subsessions.wait_child(await parent.subsessions.spawn_child("worker", "w"))
+        held = [await spawn_held(parent, script, f"running {n}") for n in range(3)]
+    assert sorted(script.cancelled) == [f"running {n}" for n in range(3)]
+    for cid in held:
+        assert terminals(rollout_of(home, cid)) == [
+            {"type": "turn_aborted", "reason": "cancelled"}]
+    pool = backend.pool
+    assert pool is not None and all(s.pump is not None and s.pump.done() for s in pool.shards)
+
+
+def _events(rollout: Any) -> list[dict[str, Any]]:
+    return [r["payload"] for r in rollout.records if r["type"] == "event_msg"
+            and r["payload"]["type"] == "background_event"]
+
+
+# -- configuration, and Ray only when asked -------------------------------------------------
+@pytest.mark.parametrize(("kwargs", "text"), [
+    ({"shards": 0}, "RayBackend: shards: must be an integer of at least 1, not 0"),
+    ({"shards": True}, "RayBackend: shards: must be an integer of at least 1, not True"),
+    ({"per_shard": -5}, "RayBackend: per_shard: must be an integer of at least 1, not -5"),
+    ({"address": ""}, "RayBackend: address: must be None"),
+    ({"address": 7}, "RayBackend: address: must be None"),
+])
+def test_malformed_backend_settings_are_one_clear_error(kwargs: dict[str, Any],
+                                                        text: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        RayBackend(**kwargs)
+    assert str(error.value).startswith(text)
+
+
+class LockedModel(ScriptedModel):
+    """A client holding a lock: it cannot be pickled, so it cannot travel to a shard."""
+
+    def __init__(self) -> None:
+        super().__init__(["never"])
+        self.lock = threading.Lock()
+
+
+async def test_a_model_client_that_cannot_travel_is_named(home: Path, ray_cluster: Any) -> None:
+    async with Engine(home, model_client=LockedModel(), backend=RayBackend(shards=1)) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        cid = await parent.subsessions.spawn_child("worker", "x")
+        with pytest.raises(ChildFailed, match="the model client cannot be sent to shards"):
+            await parent.subsessions.wait_child(cid)
+
+
+def test_ray_is_imported_only_when_asked_for() -> None:
+    code = ("import sys, subsessions, subsessions.cli, subsessions.engine; "
+            "print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_asking_for_ray_without_the_extra_is_one_line(tmp_path: Path) -> None:
+    # a Python where `ray` cannot be found, as without the extra
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None\n")
+    code = ("from subsessions import RayBackend\ntry:\n    RayBackend()\n"
+            "except Exception as e:\n    print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin"})
+    assert out.stdout.strip() == (
+        "ConfigError RayBackend: ray: the Ray backend needs Ray: pip install 'subsessions[ray]'")
+
+
+async def test_asyncio_tasks_of_the_backend_are_gone_after_close(
+    home: Path, script: Script, ray_cluster: Any
+) -> None:
+    from ray_support import SHARD_OPTIONS
+
+    backend = RayBackend(shards=1, model_on_driver=True, actor_options=SHARD_OPTIONS)
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        await parent.subsessions.wait_child(await parent.subsessions.spawn_child("worker", "y"))
+    left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    assert left == []
+
+
+def test_the_ray_flag_without_the_extra_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None\n")
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin", "SUBSESSIONS_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "subsessions", "run", "--ray", "auto",
+                          "--base-url", "http://127.0.0.1:9/v1", "hello"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines() == [
+        "subsessions: --ray: ray: the Ray backend needs Ray: pip install 'subsessions[ray]'"]
+
+
+@pytest.mark.parametrize("pause", [0.0, 0.05], ids=["before-it-ran", "while-shards-start"])
+async def test_a_child_cancelled_before_a_shard_took_it_ends_once_as_cancelled(
+    home: Path, script: Script, ray_cluster: Any, pause: float
+) -> None:
+    from ray_support import SHARD_OPTIONS
+
+    backend = RayBackend(shards=1, model_on_driver=True, actor_options=SHARD_OPTIONS)
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        cid = await parent.subsessions.spawn_child("worker", "too late")
+        if pause:
+            await asyncio.sleep(pause)  # its task waits for the shards to start
+        assert await parent.subsessions.cancel_child(cid) is True
+        assert parent.subsessions.status(cid) is ChildStatus.CANCELLED
+    assert terminals(rollout_of(home, cid)) == [{"type": "turn_aborted", "reason": "cancelled"}]
+    assert script.seen["too late"] == []  # its model was never asked
