@@ -113,6 +113,9 @@ class RayBackend:
         return self._run_remote(host_session, prompt)
 
     async def _run_remote(self, child: Session, prompt: str) -> str | None:
+        # No inbox travels to the shard yet: a message sent meanwhile waits for this task's
+        # ending and starts a follow-up (which runs here), rather than being lost.
+        child.taking_messages = False
         try:
             try:
                 pool = await self._started(child.runtime)
