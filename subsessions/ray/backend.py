@@ -116,6 +116,9 @@ class RayBackend:
         # No inbox travels to the shard yet: a message sent meanwhile waits for this task's
         # ending and starts a follow-up (which runs here), rather than being lost.
         child.taking_messages = False
+        if child.cancel_requested or child.budget_stop is not None:  # stopped before it began
+            return await task.run(child, prompt, True)  # it ends here, as in process
+        child.task_begins()  # from here a cancel reaches this task, and through it the shard
         try:
             try:
                 pool = await self._started(child.runtime)
