@@ -7,6 +7,9 @@ child writes, serialising them with orjson and writing its own file.
 
 Rounds alternate baseline and subject (A B A B ...), each in a fresh directory, after a
 warm-up; the figures are per child, min / median / max, and the median ratio last.
+Budget mode: the same subject with a budget on every child (turns, tokens and seconds, so
+each child's meter counts and its clock is armed) against the subject without, alternated
+in the same run (target ratio <= 1.05); `--only-budget` runs that comparison alone.
 Run: python bench/fanout.py [--n 10000] [--rounds 3] [--dir /dev/shm]  (see --help)
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import resource
 import statistics
@@ -26,12 +30,14 @@ from typing import Any
 
 import orjson
 
-from subsessions import Engine, ScriptedModel, SessionConfig
+from subsessions import Budget, Engine, ScriptedModel, SessionConfig
 from subsessions.profiles import load_profiles
 
 PROMPT = "Compute 2 + 2 and answer in one line."
 ANSWER = "Answer: 4"
 PROFILES = load_profiles(None)
+# generous: never reached, but every child counts against it and arms its clock
+BUDGET = Budget(max_turns=8, max_tokens=1_000_000, max_seconds=3600.0)
 
 
 def _record(kind: str, payload: dict[str, Any]) -> bytes:
@@ -99,7 +105,9 @@ async def baseline(folder: Path, n: int, latency: float) -> tuple[float, list[fl
     return elapsed, []
 
 
-async def subject(folder: Path, n: int, latency: float) -> tuple[float, list[float]]:
+async def subject(
+    folder: Path, n: int, latency: float, budget: Budget | None = None
+) -> tuple[float, list[float]]:
     model = ScriptedModel(lambda request: [ANSWER], latency=latency)
     spawn_times: list[float] = []
     async with Engine(folder, model_client=model, profiles=PROFILES) as engine:
@@ -110,7 +118,7 @@ async def subject(folder: Path, n: int, latency: float) -> tuple[float, list[flo
         ids = []
         for _ in range(n):
             before = clock()
-            ids.append(await manager.spawn_child("mathematician", PROMPT))
+            ids.append(await manager.spawn_child("mathematician", PROMPT, budget=budget))
             spawn_times.append(clock() - before)
         results = [await manager.wait_child(cid) for cid in ids]
         elapsed = time.perf_counter() - start
@@ -177,6 +185,11 @@ async def run(args: argparse.Namespace) -> None:
     # warm-up: both paths, small
     await baseline(base / "warm-a", 200, 0.0)
     await subject(base / "warm-b", 200, 0.0)
+    await subject(base / "warm-c", 200, 0.0, BUDGET)
+    if args.only_budget:
+        await budget_rounds(base, args)
+        print(f"other load during the run: {_cpu_of_others() - others_before:.1f} CPU s")
+        return
 
     base_times: list[float] = []
     subj_times: list[float] = []
@@ -210,9 +223,29 @@ async def run(args: argparse.Namespace) -> None:
     print(f"memory (tracemalloc, children waiting on the model): {subject_kib:.1f} KiB per "
           f"child, bare task with its records {baseline_kib:.1f} KiB; peak RSS "
           f"{peak / 1024:.0f} MiB")
+    await budget_rounds(base, args)
     print(f"other load during the run: {_cpu_of_others() - others_before:.1f} CPU s")
     ratio = statistics.median(subj_times) / statistics.median(base_times)
     print(f"ratio subsessions/baseline at N={args.n}: {ratio:.2f} (target <= 2.0)")
+
+
+async def budget_rounds(base: Path, args: argparse.Namespace) -> None:
+    """The per-child cost of budget accounting: the subject with a budget on every child
+    against the subject without, alternated (which goes first alternates too)."""
+    plain: list[float] = []
+    budgeted: list[float] = []
+    for r in range(args.budget_rounds):
+        order = [(plain, None), (budgeted, BUDGET)]
+        for times, budget in order if r % 2 == 0 else order[::-1]:
+            tag = "q" if budget else "p"
+            gc.collect()  # the last round's 10,000 sessions are not collected on this one's time
+            times.append((await subject(base / f"{tag}{r}", args.n, 0.0, budget))[0])
+    print(f"subsessions, no budget:                      {_fmt(plain, args.n)}")
+    print(f"subsessions, a budget on every child:        {_fmt(budgeted, args.n)}")
+    paired = statistics.median(b / a for a, b in zip(plain, budgeted, strict=True))
+    ratio = statistics.median(budgeted) / statistics.median(plain)
+    print(f"ratio budget/no budget at N={args.n}: {ratio:.3f} (median of the rounds' own "
+          f"ratios {paired:.3f}; gc.collect() before each run; target <= 1.05)")
 
 
 def main() -> None:
@@ -221,6 +254,9 @@ def main() -> None:
     parser.add_argument("--latency-n", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-rounds", type=int, default=9)
+    parser.add_argument("--budget-rounds", type=int, default=6)
+    parser.add_argument("--only-budget", action="store_true",
+                        help="only the budget/no-budget comparison")
     parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
     asyncio.run(run(parser.parse_args()))
 

@@ -1,6 +1,7 @@
 """subsessions: spawn, drive, wait for and cancel LLM sub-sessions from profile presets."""
 
 from subsessions._version import __version__
+from subsessions.budget import Budget
 from subsessions.children import (
     Cancelled,
     ChildInfo,
@@ -17,6 +18,7 @@ from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.engine import Engine
 from subsessions.environment import EnvPolicy
 from subsessions.errors import (
+    BudgetExhausted,
     ChildCancelled,
     ChildFailed,
     ChildLimitReached,
@@ -67,6 +69,8 @@ from subsessions.usage import Usage
 
 __all__ = [
     "ApprovalDenied",
+    "Budget",
+    "BudgetExhausted",
     "Cancelled",
     "ChildCancelled",
     "ChildFailed",

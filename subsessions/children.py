@@ -8,12 +8,21 @@ import time
 from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
+import orjson
 from attrs import define, field, frozen
 
-from subsessions.errors import ChildCancelled, ChildFailed, ChildNotFinished, InvalidArguments
+from subsessions.budget import Budget
+from subsessions.errors import (
+    BudgetExhausted,
+    ChildCancelled,
+    ChildFailed,
+    ChildNotFinished,
+    InvalidArguments,
+)
 from subsessions.usage import Usage
 
 MAX_WAIT_SECONDS = 3600.0
+LAST_MESSAGE_CHARS = 500  # what list_sessions shows of a child's last message
 
 
 class ChildStatus(enum.Enum):
@@ -53,6 +62,10 @@ ChildState = Pending | Done | Failed | Cancelled
 Ending = Done | Failed | Cancelled
 STATUS_OF = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: ChildStatus.FAILED,
            Cancelled: ChildStatus.CANCELLED}
+# the CLI's (and list_sessions') words for a child's state
+STATUS_WORDS = {ChildStatus.PENDING: "running", ChildStatus.CANCELLING: "running",
+                ChildStatus.DONE: "completed", ChildStatus.FAILED: "failed",
+                ChildStatus.CANCELLED: "cancelled"}
 
 
 @frozen
@@ -70,10 +83,30 @@ class ChildInfo:
     rollout_path: str
     usage: Usage
     answering_model: str  # `model`, or the fallback that answered for it
+    last_message: str | None = None  # its last assistant message so far
+    budget: Budget | None = None  # its limits, as clamped at spawn (None: none of its own)
 
     @property
     def duration_ms(self) -> int | None:
         return None if self.ended_at is None else round((self.ended_at - self.started_at) * 1000)
+
+    def notice(self) -> str:
+        """How a parent's model is told this child ended when it did not wait for it."""
+        body = orjson.dumps({"session_id": self.session_id, **self.outcome()}).decode()
+        return f"<subsession_notification>{body}</subsession_notification>"
+
+    def listing(self, now: float | None = None) -> dict[str, Any]:
+        """One entry of `list_sessions` (DESIGN 3.1)."""
+        end = self.ended_at if self.ended_at is not None else (now or time.time())
+        last = self.last_message
+        return {
+            "session_id": self.session_id,
+            "session_type": self.session_type,
+            "status": STATUS_WORDS[self.status],
+            "usage": self.usage.as_dict(),
+            "seconds": round(max(0.0, end - self.started_at), 3),
+            "last_message": None if last is None else last[:LAST_MESSAGE_CHARS],
+        }
 
     def outcome(self) -> dict[str, Any]:
         """The `{"status", "result"|"error"}` shape the wait tools report."""
@@ -102,9 +135,14 @@ class ChildSession(Protocol):
     @property
     def answering_model(self) -> str: ...
     @property
-    def started(self) -> bool: ...  # its task has run its first line
+    def begun(self) -> bool: ...  # its current task has run its first line
     @property
     def call_id(self) -> str | None: ...  # the call that spawned it
+    budget_stop: BudgetExhausted | None  # the budget stop its task ends with
+    last_message: str | None
+    @property
+    def budget(self) -> Budget | None: ...
+    taking_messages: bool  # its task will read sent messages before another model call
 
     def usage(self, include_children: bool = False) -> Usage: ...
     def cancel_at_first_step(self) -> None: ...
@@ -147,17 +185,40 @@ class ChildRecord(Generic[S]):
             return ChildStatus.CANCELLING
         return STATUS_OF[type(self._state)]
 
-    def cancel(self) -> None:
-        """Deliver a cancel once (a second would interrupt the child's own clean-up). A
-        child that has not run its first line yet is told to end there, so its own
+    def cancel(self, budget: BudgetExhausted | None = None, *, deliver: bool = True) -> bool:
+        """Deliver a cancel once (a second would interrupt the child's own clean-up); the
+        first one wins. With `budget`, the child ends `budget_limited` instead of cancelled;
+        without `deliver`, the child is ending so by itself and later cancels are nothing.
+        A child that has not run its first line yet is told to end there, so its own
         `finally` still writes its ending."""
         if not isinstance(self._state, Pending) or self._cancel_requested:
-            return
+            return False
         self._cancel_requested = True
-        if self.session.started:
+        if budget is not None:
+            self.session.budget_stop = budget
+        if not deliver:
+            return True
+        if self.session.begun:
             self._state.task.cancel()
         else:
             self.session.cancel_at_first_step()
+        return True
+
+    def restart(self, task: asyncio.Task[str | None]) -> None:
+        """An ended child runs a follow-up task: a new pending state and a new ending."""
+        if isinstance(self._state, Pending):
+            raise RuntimeError(f"child {self.session.session_id} is running")
+        self._state = Pending(task)
+        self.ended_at = None
+        self.waited = False
+        self._cancel_requested = False
+        self.finished = asyncio.get_running_loop().create_future()
+
+    @property
+    def accepting(self) -> bool:
+        """Running and not ending: a message sent now is read before its next model call."""
+        return (isinstance(self._state, Pending) and not self._cancel_requested
+                and self.session.taking_messages)
 
     def settle(self, outcome: Ending) -> None:
         """The child's one ending; a second raises (exactly one ending per child)."""
@@ -202,13 +263,17 @@ class ChildRecord(Generic[S]):
             session_type=session.agent_name or "custom",
             status=self.status,
             model=session.model,
-            result=state.result if isinstance(state, Done) else None,
+            # a failed child's last message stays readable (a budget stopped it mid-work)
+            result=state.result if isinstance(state, Done) else (
+                session.last_message if isinstance(state, Failed) else None),
             error=state.error if isinstance(state, Failed) else None,
             started_at=session.started_at,
             ended_at=self.ended_at,
             rollout_path=session.rollout_path,
             usage=session.usage(),
             answering_model=session.answering_model,
+            last_message=session.last_message,
+            budget=session.budget,
         )
 
 

@@ -8,6 +8,7 @@ from typing import Any, TypeAlias
 
 from attrs import evolve, field, frozen
 
+from subsessions.budget import Budget
 from subsessions.environment import EnvPolicy
 from subsessions.profiles import Profile
 
@@ -82,7 +83,7 @@ def _optional(kind: type | tuple[type, ...], name: str) -> Callable[[Any, Any, A
 # The one registry of the engine's tool names. A host tool must not shadow a reserved one.
 SUBSESSION_TOOL_NAMES = frozenset({
     "create_session", "wait_session", "cancel_session", "wait_sessions", "run_sessions",
-    "list_profiles",
+    "list_profiles", "list_sessions", "send_message",
 })
 ASK_USER = "ask_user"
 RESERVED_TOOL_NAMES = SUBSESSION_TOOL_NAMES | {ASK_USER}
@@ -131,6 +132,10 @@ class SessionConfig:
     max_children: int = field(default=8, validator=_non_negative("max_children"))
     max_turns: int = field(default=24, validator=_at_least_one("max_turns"))
     notify_on_child_end: bool = True  # tell the model of children that ended unwaited
+    # a child that ends while its (top-level) parent is idle starts a parent task
+    wake_on_child_end: bool = False
+    # a root's: the whole tree's budget; a child's: its own (clamped at spawn)
+    budget: Budget | None = field(default=None, validator=_optional(Budget, "budget"))
     # shell / apply_patch / read_file / list_dir: True for all, or a tuple of their names
     builtin_tools: bool | tuple[str, ...] = False
     sandbox: str = "workspace-write"  # read-only | workspace-write | danger-full-access
@@ -186,6 +191,7 @@ def derive_config(
             model=base.model or (None if profile.model == "inherit" else profile.model),
             tools=filter_tools(base.tools, profile.tools),
             max_turns=profile.max_turns,
+            budget=base.budget or profile.budget,
         )
     custom = [t for t in base.tools if t.name not in BUILTIN_TOOL_NAMES]
     return SessionConfig(
@@ -197,6 +203,7 @@ def derive_config(
         max_children=base.max_children,
         max_turns=profile.max_turns,
         notify_on_child_end=base.notify_on_child_end,
+        budget=profile.budget,
     )
 
 

@@ -13,6 +13,7 @@
     ├── SessionBusy               a task is already running in that session
     ├── EngineClosed              the engine is closed or closing
     ├── MaxTurnsExceeded          a task looped past its profile's max_turns
+    ├── BudgetExhausted           a session (or its tree) reached a budget limit
     ├── ModelError                the model client failed (scripted or real)
     │   ├── ModelUnavailable      the provider does not serve that model: try a fallback
     │   ├── MalformedStream       the provider broke the protocol; retrying will not help
@@ -132,6 +133,16 @@ class MaxTurnsExceeded(SubsessionError):
     def __init__(self, max_turns: int) -> None:
         self.max_turns = max_turns
         super().__init__(f"max_turns ({max_turns}) exceeded without a final answer")
+
+
+class BudgetExhausted(SubsessionError):
+    """A budget limit was reached: `kind` is turns, tokens or seconds."""
+
+    def __init__(self, kind: str, limit: float) -> None:
+        self.kind = kind
+        self.limit = limit
+        shown = f"{limit:g}" if isinstance(limit, float) else str(limit)
+        super().__init__(f"budget exhausted: {kind} limit {shown} reached")
 
 
 class ModelError(SubsessionError):

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from subsessions import composition
+from subsessions.budget import Budget
 from subsessions.children import (
     MAX_WAIT_SECONDS,
     Cancelled,
@@ -33,6 +34,7 @@ from subsessions.children import (
 from subsessions.config import SessionConfig, Tool, as_child_config, filter_tools
 from subsessions.dispatch import Caller
 from subsessions.errors import (
+    BudgetExhausted,
     ChildNotFinished,
     ChildTimeout,
     InvalidArguments,
@@ -61,6 +63,8 @@ class Member(Caller, Protocol):
     @property
     def started(self) -> bool: ...
     @property
+    def begun(self) -> bool: ...
+    @property
     def wrote_meta(self) -> bool: ...
     runtime: Runtime
     tree: SessionTree
@@ -74,6 +78,12 @@ class Member(Caller, Protocol):
     @property
     def tool_calls(self) -> int: ...
     turns: int
+    budget_stop: BudgetExhausted | None
+    last_message: str | None
+    @property
+    def budget(self) -> Budget | None: ...
+    inbox: list[str]
+    taking_messages: bool
 
     def tools(self) -> tuple[Tool, ...]: ...
     def usage(self, include_children: bool = False) -> Usage: ...
@@ -81,8 +91,11 @@ class Member(Caller, Protocol):
     def write_meta(self) -> None: ...
     def release(self) -> None: ...
     def child_config(self, profile: Profile) -> SessionConfig: ...
-    def new_child(self, config: SessionConfig, profile: Profile, call_id: str) -> Member: ...
+    def new_child(self, config: SessionConfig, profile: Profile, call_id: str,
+                  budget: Budget | None = None) -> Member: ...
     def hand_over_head(self) -> None: ...
+    def prepare_follow_up(self) -> None: ...
+    def wake(self) -> None: ...
     async def run_task(self, prompt: str) -> str | None: ...
 
 
@@ -129,15 +142,18 @@ class SubsessionManager:
         prompt: str,
         *,
         call_id: str | None = None,
+        budget: Budget | None = None,
     ) -> str:
-        """Queue a child and return its id at once; it runs in an engine-owned task."""
+        """Queue a child and return its id at once; it runs in an engine-owned task. Its
+        `budget` (with its profile's) is clamped to what this session and the tree have left."""
         parent = self._session
         runtime = parent.runtime
         runtime.check_open()
-        if parent.is_child and parent.ended:
-            raise SessionBusy(parent.session_id, "has ended; it cannot start sub-sessions")
+        self._check_can_start("start sub-sessions")
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidArguments("spawn_child", "prompt must be a non-empty string")
+        if budget is not None and not isinstance(budget, Budget):
+            raise InvalidArguments("spawn_child", "budget must be a Budget or None")
         if not isinstance(profile, str | Profile):  # a SessionConfig (used as given) or junk
             chosen, config = self._child_config(profile)
         else:  # same profile, same parent: same derived config
@@ -150,7 +166,7 @@ class SubsessionManager:
         call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name a spawning call
         if not parent.is_child:  # a top-level rollout starts with its first task or child
             parent.write_meta()
-        child = parent.new_child(config, chosen, call_id)
+        child = parent.new_child(config, chosen, call_id, budget)
         task = runtime.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
@@ -165,6 +181,11 @@ class SubsessionManager:
         task.add_done_callback(partial(self._on_task_done, record))
         runtime.dispatcher.child_started(parent, child, call_id)
         return child.session_id
+
+    def _check_can_start(self, what: str) -> None:
+        parent = self._session
+        if parent.is_child and parent.ended:
+            raise SessionBusy(parent.session_id, f"has ended; it cannot {what}")
 
     def _child_config(
         self, profile: str | Profile | SessionConfig
@@ -220,6 +241,8 @@ class SubsessionManager:
             parent, child, record.ending_data
         )
         child.release()  # its ending is on disk: what the API reports stays, the history goes
+        if parent.config.wake_on_child_end and not parent.is_child:
+            parent.wake()  # an idle top-level parent runs on the notice
 
     # -- queries ----------------------------------------------------------------------------
     def _lookup(self, session_id: str) -> Record:
@@ -350,11 +373,62 @@ class SubsessionManager:
         """The model learned how this child ended (e.g. from cancel_session): no notice."""
         self._lookup(session_id).waited = True
 
-    async def abort_all_children(self) -> None:
-        """Cancel every running child and wait until each has settled."""
-        pending = [child for child in self._children.values() if not child.finished.done()]
+    async def abort_all_children(self, budget: BudgetExhausted | None = None) -> None:
+        """Cancel every running child and wait until each has settled (with `budget`, they
+        end `budget_limited`)."""
+        pending = self.stop_all_children(budget)
         for child in pending:
-            child.cancel()
             child.waited = True
         if pending:
             await asyncio.wait([child.finished for child in pending])
+
+    # -- budgets and messages ---------------------------------------------------------------
+    def stop_all_children(self, budget: BudgetExhausted | None) -> list[Record]:
+        """Deliver a cancel (or a budget stop) to every running child; they end by
+        themselves, each with its one ending."""
+        pending = [child for child in self._children.values() if not child.finished.done()]
+        for child in pending:
+            child.cancel(budget)
+        return pending
+
+    def stop_child(self, session_id: str, budget: BudgetExhausted) -> None:
+        """A child's budget limit was reached: it ends `budget_limited` (unless a cancel
+        came first)."""
+        self._lookup(session_id).cancel(budget)
+
+    def claim_stop(self, session_id: str, budget: BudgetExhausted) -> None:
+        """A child is ending on a budget by itself: later cancels change nothing."""
+        self._lookup(session_id).cancel(budget, deliver=False)
+
+    async def send_message(self, session_id: str, message: str) -> str:
+        """To a running child: the message joins its history before its next model call
+        (`"queued"`). To an ended one: a follow-up task on the same history and rollout,
+        which `wait_child` then waits for (`"started"`)."""
+        record = self._lookup(session_id)
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidArguments("send_message", "message must be a non-empty string")
+        while True:
+            if record.accepting:
+                record.session.inbox.append(message)
+                return "queued"
+            if not record.finished.done():  # ending now: the message starts what follows
+                await asyncio.wait((record.finished,))
+                continue
+            self._follow_up(record, message)
+            return "started"
+
+    def _follow_up(self, record: Record, message: str) -> None:
+        parent = self._session
+        runtime = parent.runtime
+        runtime.check_open()
+        self._check_can_start("send messages to its sub-sessions")
+        parent.tree.check_running()
+        child = record.session
+        child.prepare_follow_up()
+        task = runtime.spawn_task(child.run_task(message), f"subsession-{child.session_id}")
+        record.restart(task)
+        if record in self._unnoticed:  # its earlier ending needs no notice any more
+            self._unnoticed.remove(record)
+        parent.tree.child_started()
+        task.add_done_callback(partial(self._on_task_done, record))
+        runtime.dispatcher.child_started(parent, child, child.call_id or "")

@@ -6,19 +6,23 @@ what it shares with its tree from the `SessionTree`; its tools from its `ToolRou
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import logging
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from subsessions import task
+from subsessions.budget import Budget
 from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
-from subsessions.errors import InvalidArguments, SessionBusy
+from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventHub, EventStream
 from subsessions.ids import new_session_id
 from subsessions.items import Item
 from subsessions.manager import SubsessionManager
+from subsessions.meter import Meter
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
@@ -30,6 +34,8 @@ from subsessions.tools import ToolContext, builtin_tools
 from subsessions.tools.context import sandbox_policy
 from subsessions.tree import SessionTree
 from subsessions.usage import Usage
+
+log = logging.getLogger("subsessions")
 
 
 class Phase(enum.Enum):
@@ -56,6 +62,7 @@ class Session:
         resumed: tuple[str, str] | None = None,  # (id, rollout path) of a session on disk
         tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
         session_id: str | None = None,  # a host's own id for a new top-level session
+        budget: Budget | None = None,  # a child's, asked for at spawn (besides its config's)
     ) -> None:
         self.session_id = resumed[0] if resumed else session_id or new_session_id()
         self.runtime = runtime
@@ -75,6 +82,17 @@ class Session:
         self.max_turns = profile.max_turns if profile is not None else config.max_turns
         self.history: list[Item] = []
         self.token_usage = TokenUsage()
+        self.meter: Meter = (
+            self.tree.root_meter(self.stop_for_budget) if parent is None else
+            self.tree.child_meter(parent.meter, budget.clamp(config.budget) if budget
+                                  else config.budget, self.stop_for_budget)
+        )
+        self.budget_stop: BudgetExhausted | None = None  # the budget stop its task ends with
+        self.last_message: str | None = None  # its last assistant message so far
+        self.inbox: list[str] = []  # messages sent while it runs, read before its next call
+        self.taking_messages = parent is not None  # a queued child reads its inbox first
+        self._task: asyncio.Task[object] | None = None  # its running task
+        self._begun = False  # its current task has run its first line
         self.started_at = time.time()
         self.recorder = RolloutRecorder(
             runtime.writer,
@@ -123,6 +141,17 @@ class Session:
     def started(self) -> bool:
         """Its task has run its first line."""
         return self._phase in (Phase.RUNNING, Phase.IDLE, Phase.ENDED, Phase.RELEASED)
+
+    @property
+    def budget(self) -> Budget | None:
+        """Its limits as clamped at spawn (a root's: its tree's); None when it has none."""
+        limits = self.meter.limits
+        return None if limits.unlimited else limits
+
+    @property
+    def begun(self) -> bool:
+        """Its current task has run its first line (a cancel can reach it in flight)."""
+        return self._begun
 
     @property
     def ended(self) -> bool:
@@ -227,10 +256,12 @@ class Session:
         return derive_config(self.config, profile, model=self.model, cwd=self.cwd,
                              builtins=builtins)
 
-    def new_child(self, config: SessionConfig, profile: Profile, call_id: str) -> Session:
+    def new_child(self, config: SessionConfig, profile: Profile, call_id: str,
+                  budget: Budget | None = None) -> Session:
         """What the manager asks for: a child session, not started."""
         return Session(self.runtime, config, parent=self, profile=profile, call_id=call_id,
-                       source="subagent", tool_context=self.child_tool_context())
+                       source="subagent", tool_context=self.child_tool_context(),
+                       budget=budget)
 
     def hand_over_head(self) -> None:
         """A spawned child's first lines to the writer, before its parent's line naming it."""
@@ -247,10 +278,52 @@ class Session:
     def cancel_requested(self) -> bool:
         return self._cancel_at_first_step
 
+    def task_begins(self) -> None:
+        self._task = asyncio.current_task()
+        self._begun = True
+        if self.parent is None:
+            self.tree.root_busy(True)
+        else:
+            self.meter.arm()
+
     def task_ended(self) -> None:
+        self._task = None
         if self.parent is not None:
             self._phase = Phase.ENDED
+            self.meter.disarm()
+        else:
+            self.tree.root_busy(False)
 
+    def prepare_follow_up(self) -> None:
+        """Before a new task of an ended child (send_message): nothing of the last one's
+        ending carries over."""
+        self._begun = False
+        self._cancel_at_first_step = False
+        self.budget_stop = None
+        self.taking_messages = True
+
+    # -- budgets ----------------------------------------------------------------------------
+    def claim_budget_stop(self, error: BudgetExhausted) -> None:
+        """Its task is ending by itself on a budget: a cancel that comes later is no other
+        ending (first wins)."""
+        if self.parent is not None:
+            self.parent.subsessions.claim_stop(self.session_id, error)
+        elif self.budget_stop is None:
+            self.budget_stop = error
+
+    def stop_for_budget(self, error: BudgetExhausted) -> None:
+        """A limit of its meter was reached elsewhere (a descendant's tokens, the clock):
+        its task is cancelled as `budget_limited`, and its descendants end the same way."""
+        if self.parent is not None:
+            self.parent.subsessions.stop_child(self.session_id, error)
+            return
+        running = self._task
+        if running is None:  # an idle top-level session: its running children end
+            self.subsessions.stop_all_children(error)
+        elif running is not asyncio.current_task() and not running.cancelling() and (
+                self.budget_stop is None):
+            self.budget_stop = error
+            running.cancel()
     def cancel_at_first_step(self) -> None:
         """A cancel for a task not started yet: delivered at its first line, so the task's
         own `finally` writes its ending."""
@@ -264,20 +337,51 @@ class Session:
     async def run_task(self, prompt: str) -> str | None:
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidArguments("send_and_wait", "prompt must be a non-empty string")
+        return await self._run(self._claim(), prompt)
+
+    def _claim(self) -> bool:
+        """The session is running a task from now on (refused if it is); whether it is its
+        first."""
         if self._phase is Phase.RUNNING:
             raise SessionBusy(self.session_id)
         first = not self.started
+        if self.parent is None:
+            self.budget_stop = None  # a top-level session's earlier task ended by a budget
         if self.released:
             self._reload()
         self.write_meta()
         self._phase = Phase.RUNNING
+        return first
+
+    async def _run(self, first: bool, prompt: str) -> str | None:
         try:
             return await (self.runtime.backend or task.IN_PROCESS).run_task(self, prompt, first)
         finally:
             if self._phase is Phase.RUNNING:
                 self._phase = Phase.IDLE
             if self.parent is None:  # a child's flush is awaited by its manager instead
+                self.wake()
                 await self.recorder.flush_durable()
+
+    def wake(self) -> None:
+        """`wake_on_child_end`: children ended unseen while this top-level session is idle,
+        so a task starts whose input is their completion notices (a host never polls)."""
+        if (self.parent is not None or not self.config.wake_on_child_end
+                or self._phase is Phase.RUNNING or self.runtime.closed
+                or not self.runtime.registered(self.session_id)
+                or not self.subsessions.has_notices):
+            return
+        notices = "\n".join(info.notice() for info in self.subsessions.take_notices())
+        if not notices:  # every one of them was seen meanwhile
+            return
+        first = self._claim()
+        self.runtime.spawn_task(self._woken(first, notices), f"subsessions-wake-{self.session_id}")
+
+    async def _woken(self, first: bool, notices: str) -> None:
+        try:
+            await self._run(first, notices)
+        except SubsessionError as exc:  # its ending is in the rollout and the events
+            log.info("task woken by a child's ending failed: %s", exc)
 
     def release(self) -> None:
         """Drop what only a task needs (history, tools) once a child has ended and its rollout

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from subsessions.budget import KINDS
 from subsessions.children import MAX_WAIT_SECONDS
 from subsessions.config import SUBSESSION_TOOL_NAMES
 from subsessions.profiles import Profile
@@ -48,6 +49,17 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "additionalProperties": False,
     },
     "list_profiles": {"type": "object", "properties": {}, "additionalProperties": False},
+    "list_sessions": {"type": "object", "properties": {}, "additionalProperties": False},
+    "send_message": {
+        "type": "object",
+        "properties": {
+            "session_id": _SESSION_ID,
+            "message": {"type": "string", "minLength": 1,
+                        "description": "What to tell the sub-session, as its user would."},
+        },
+        "required": ["session_id", "message"],
+        "additionalProperties": False,
+    },
 }
 
 _DESCRIPTIONS = {
@@ -60,8 +72,14 @@ _DESCRIPTIONS = {
     "once; 'chain' runs them in order, '{previous}' in a prompt standing for the previous "
     "answer, and stops at the first failure.",
     "list_profiles": "The profiles sub-sessions can be started from: names, descriptions, tools.",
+    "list_sessions": "Your sub-sessions, oldest first: status, usage so far (tokens, turns, "
+    "tool calls), seconds running and the last message each wrote.",
+    "send_message": "Tell a sub-session something: a running one reads it before its next "
+    "step ('queued'); an ended one starts again on its history with it ('started'), and "
+    "wait_session then waits for that new answer.",
 }
-_ORDER = ("wait_session", "cancel_session", "wait_sessions", "run_sessions", "list_profiles")
+_ORDER = ("wait_session", "cancel_session", "wait_sessions", "run_sessions", "list_profiles",
+          "list_sessions", "send_message")
 
 
 def run_schema(profile_names: list[str]) -> dict[str, Any]:
@@ -86,6 +104,17 @@ def run_schema(profile_names: list[str]) -> dict[str, Any]:
     }
 
 
+BUDGET_SCHEMA: dict[str, Any] = {
+    "type": ["object", "null"],
+    "description": "Limits for the sub-session (clamped to what this session and its tree "
+    "have left); null for none. Reaching one stops it as failed.",
+    "properties": {key: {"type": [kind, "null"], "exclusiveMinimum": 0}
+                   for key, kind in KINDS.items()},
+    "required": list(KINDS),
+    "additionalProperties": False,
+}
+
+
 def create_schema(profile_names: list[str]) -> dict[str, Any]:
     return {
         "type": "object",
@@ -100,8 +129,9 @@ def create_schema(profile_names: list[str]) -> dict[str, Any]:
                 "description": "Everything the sub-session needs to know: it does not see "
                 "this conversation.",
             },
+            "budget": BUDGET_SCHEMA,
         },
-        "required": ["session_type", "prompt"],
+        "required": ["session_type", "prompt", "budget"],
         "additionalProperties": False,
     }
 

@@ -12,10 +12,14 @@ import time
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-import orjson
-
-from subsessions.errors import MaxTurnsExceeded, ModelError, SubsessionError, error_text
-from subsessions.events import emit
+from subsessions.errors import (
+    BudgetExhausted,
+    MaxTurnsExceeded,
+    ModelError,
+    SubsessionError,
+    error_text,
+)
+from subsessions.events import emit, listening
 from subsessions.ids import new_session_id
 from subsessions.items import (
     Item,
@@ -25,6 +29,7 @@ from subsessions.items import (
     output_problem,
     user_message,
 )
+from subsessions.meter import Meter
 from subsessions.models.base import ModelRequest, TokenUsage
 from subsessions.rollouts import records
 from subsessions.router import RouterHost, ToolRouter
@@ -37,6 +42,11 @@ class TaskHost(RouterHost, Protocol):
     turns: int
     token_usage: TokenUsage
     answered_by: str | None  # the model that answered last, when it was not `model`
+    meter: Meter  # what it spent against its budget (and its ancestors')
+    budget_stop: BudgetExhausted | None  # the budget stop this task ends with, once claimed
+    last_message: str | None  # its last assistant message so far
+    inbox: list[str]  # messages sent to it while it runs (send_message)
+    taking_messages: bool  # its task will read the inbox before another model call
 
     @property
     def source(self) -> str | dict[str, Any]: ...
@@ -51,7 +61,9 @@ class TaskHost(RouterHost, Protocol):
     @property
     def cancel_requested(self) -> bool: ...  # a cancel that came before the first step
 
+    def task_begins(self) -> None: ...  # its task runs its first line
     def task_ended(self) -> None: ...  # its terminal record is written
+    def claim_budget_stop(self, error: BudgetExhausted) -> None: ...  # it ends by itself
 
 
 class InProcess:
@@ -85,27 +97,42 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
     answer: str | None = None
     cancelled = False
     since = len(host.history)
+    host.task_begins()
     try:
+        if host.budget_stop is not None:  # stopped by a budget before its first line
+            raise _fresh(host.budget_stop)
         if host.cancel_requested:
             raise asyncio.CancelledError
+        if host.meter.active and not (first and host.is_child):  # (clamped at spawn)
+            _check(host, host.meter.spent())
         if host.tree.config.hooks is not None:
             prompt = await _prompt_hooks(host, prompt, first)
-        message = user_message(prompt)
-        host.history.append(message)
-        record.record("response_item", message)
-        record.event({"type": "user_message", "message": prompt})
-        answer = await _turns(host)
+        _tell(host, prompt)
+        host.taking_messages = True
+        try:
+            answer = await _turns(host)
+        finally:
+            host.taking_messages = False
         ending = records.completed(turn_id, started, answer)
     except asyncio.CancelledError:
+        stop = host.budget_stop
+        if stop is not None and _budget_cancelled():
+            ending = _budget_ending(turn_id, started, stop)
+            raise _fresh(stop) from None
         cancelled = True
+        raise
+    except BudgetExhausted as exc:
+        ending = _budget_ending(turn_id, started, exc)
         raise
     except Exception as exc:
         ending = records.failed(turn_id, started, error_text(exc), _last_answer(host, since))
         raise
     finally:
         try:
-            if host.subsessions.has_children and (cancelled or host.is_child):
-                await host.subsessions.abort_all_children()
+            if host.subsessions.has_children and (
+                    cancelled or host.is_child or _budget_limited(ending[-1])):
+                await host.subsessions.abort_all_children(
+                    host.budget_stop if _budget_limited(ending[-1]) else None)
         except asyncio.CancelledError:
             cancelled = True
             raise
@@ -117,6 +144,46 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
             host.task_ended()
             _announce_end(host, ending[-1])
     return answer
+
+
+def _tell(host: TaskHost, prompt: str) -> None:
+    """A user message joins the history and the rollout."""
+    message = user_message(prompt)
+    host.history.append(message)
+    host.recorder.record("response_item", message)
+    host.recorder.event({"type": "user_message", "message": prompt})
+
+
+def _fresh(stop: BudgetExhausted) -> BudgetExhausted:
+    """Each task raises its own exception (a cascade shares one stop among many tasks)."""
+    return BudgetExhausted(stop.kind, stop.limit)
+
+
+def _budget_ending(turn_id: str, started: float, stop: BudgetExhausted) -> list[dict[str, Any]]:
+    return records.budget_limited(turn_id, started, stop.kind, stop.limit, str(stop))
+
+
+def _budget_limited(terminal: dict[str, Any]) -> bool:
+    return terminal.get("reason") == "budget_limited"
+
+
+def _budget_cancelled() -> bool:
+    """Whether the cancel being handled is the budget's own (one delivered, none other):
+    it then ends the task as a failure; any other cancel still wins as a cancel."""
+    task = asyncio.current_task()
+    return task is not None and task.uncancel() == 0
+
+
+def _check(host: TaskHost, reached: tuple[Meter, BudgetExhausted] | None) -> None:
+    """A budget limit was reached: the session whose limit it is stops (with its tree),
+    and this task ends here, by itself, with the same error."""
+    if reached is None:
+        return
+    meter, error = reached
+    host.claim_budget_stop(error)
+    if meter is not host.meter:
+        meter.stop(error)
+    raise _fresh(error)
 
 
 def _cancelled_by(host: TaskHost) -> str:
@@ -145,6 +212,8 @@ async def _prompt_hooks(host: TaskHost, prompt: str, first: bool) -> str:
 
 def _announce_end(host: TaskHost, terminal: dict[str, Any]) -> None:
     failure: str | None = (terminal.get("error") or {}).get("message")
+    if _budget_limited(terminal):
+        failure = terminal["message"]
     kind = "error" if failure is not None else terminal["type"]
     if failure is not None:
         emit(host.events, "session.error", {"message": failure})
@@ -179,6 +248,8 @@ async def _turns(host: TaskHost) -> str | None:
     for _ in range(host.max_turns):
         if host.subsessions.has_notices:
             _deliver_notices(host)
+        while host.inbox:  # sent while it ran: read before this model call
+            _tell(host, host.inbox.pop(0))
         request = ModelRequest(
             session_id=host.session_id,
             model=host.model,
@@ -195,7 +266,6 @@ async def _turns(host: TaskHost) -> str | None:
                 f"model {host.model} did not answer; {answered} answered"
             ))
         host.answered_by = answered
-        _count(host, response.usage)
         answer: str | None = None
         calls: list[Item] = []
         for item in response.output:
@@ -205,12 +275,18 @@ async def _turns(host: TaskHost) -> str | None:
             host.history.append(item)
             recorder.record("response_item", item)
             if is_assistant_message(item):
-                answer = message_text(item)
+                answer = host.last_message = message_text(item)
                 recorder.event({"type": "agent_message", "message": answer})
                 emit(host.events, "assistant.message", {"content": answer})
             elif item.get("type") == "function_call":
                 calls.append(item)
+        _count(host, response.usage)
+        if host.meter.active and (reached := host.meter.charge(
+                response.usage.total_tokens, bool(calls) or bool(host.inbox))) is not None:
+            _check(host, reached)
         if not calls:
+            if host.inbox:  # a message came while it answered: one more turn reads it
+                continue
             return answer
         router = host.router
         if len(calls) == 1:
@@ -226,11 +302,7 @@ async def _turns(host: TaskHost) -> str | None:
 def _deliver_notices(host: TaskHost) -> None:
     """One developer message for each child that ended without being waited for."""
     for info in host.subsessions.take_notices():
-        body = {"session_id": info.session_id, **info.outcome()}
-        payload = orjson.dumps(body).decode()
-        message = developer_message(
-            f"<subsession_notification>{payload}</subsession_notification>"
-        )
+        message = developer_message(info.notice())
         host.history.append(message)
         host.recorder.record("response_item", message)
 
@@ -239,3 +311,9 @@ def _count(host: TaskHost, usage: TokenUsage) -> None:
     total = host.token_usage = host.token_usage + usage
     fallback = host.answered_by if host.answered_by != host.model else None
     host.recorder.event(records.token_count(usage.as_dict(), total.as_dict(), fallback))
+    if host.is_child and listening(host.events):  # a host's live meter of each child
+        emit(host.events, "subagent.usage", {
+            "remote_session_id": host.session_id, "tool_call_id": host.call_id,
+            "agent_name": host.agent_name, "last": usage.as_dict(),
+            **host.usage().as_dict(),
+        })

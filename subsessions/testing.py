@@ -51,6 +51,7 @@ __all__ = [
     "spawn_held",
     "spawned",
     "terminals",
+    "tokens",
     "value",
     "wait",
 ]
@@ -62,7 +63,7 @@ TERMINAL = ("task_complete", "turn_aborted", "error")
 ENDINGS = ("subagent.completed", "subagent.failed")
 SUBSESSION_TOOLS = {
     "create_session", "wait_session", "cancel_session", "wait_sessions", "run_sessions",
-    "list_profiles",
+    "list_profiles", "list_sessions", "send_message",
 }
 LIMIT_TEXT = (
     "sub-session limit reached (max_children={n}); wait for or cancel a running session first"
@@ -112,6 +113,11 @@ def wait(session_id: str, timeout_ms: int = FOREVER_MS, **kw: Any) -> dict[str, 
 
 def cancel(session_id: str, **kw: Any) -> dict[str, Any]:
     return call("cancel_session", session_id=session_id, **kw)
+
+
+def tokens(input_tokens: int, output_tokens: int = 0) -> dict[str, Any]:
+    """The usage a scripted response reports (an item of the response, not output)."""
+    return {"type": "usage", "input_tokens": input_tokens, "output_tokens": output_tokens}
 
 
 # -- what a tool returned -----------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Limits are counted over the tree, so the running count lives here rather than in any
 one manager; the profile namespace and the tool definitions built from it are the same
-for every session of the tree, so they are built once. (Budgets will live here next.)
+for every session of the tree, so they are built once. The tree's budget is the root's
+meter; a child's budget is clamped here to what its parent and the tree have left.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from typing import Any
 
 from attrs import define, field
 
+from subsessions.budget import Budget
 from subsessions.config import SessionConfig
 from subsessions.errors import ChildLimitReached, DepthLimitReached
+from subsessions.meter import Alarms, Meter, Stop
 from subsessions.profiles import LoadedProfile, Profile, profile_namespace
 from subsessions.specs import tool_specs
 
 Specs = tuple[dict[str, Any], ...]
+NO_BUDGET = Budget()
 
 
 @define(eq=False)
@@ -25,6 +29,9 @@ class SessionTree:
     config: SessionConfig  # the root's: limits, custom agents, the host's handlers and hooks
     _loaded: Mapping[str, LoadedProfile]
     _running: int = field(default=0, init=False)
+    meter: Meter | None = field(default=None, init=False)  # the root's: the tree's budget
+    alarms: Alarms = field(factory=Alarms, init=False)  # the tree's limits on seconds
+    _root_busy: bool = field(default=False, init=False)  # the root runs a task
     _profiles: dict[str, Profile] | None = field(default=None, init=False)
     _subsession_specs: Specs | None = field(default=None, init=False)
     # tool specs by (config id, profile, depth), with the config kept alive
@@ -56,11 +63,44 @@ class SessionTree:
         if self._running >= self.max_children:
             raise ChildLimitReached(self.max_children)
 
+    def check_running(self) -> None:
+        """Refuse one more running child beyond the tree's running limit."""
+        if self._running >= self.max_children:
+            raise ChildLimitReached(self.max_children)
+
     def child_started(self) -> None:
         self._running += 1
+        if self.meter is not None and self.meter.active:
+            self.meter.arm()
 
     def child_ended(self) -> None:
         self._running -= 1
+        if self.meter is not None and self.meter.active:
+            self._quiet()
+
+    def root_busy(self, busy: bool) -> None:
+        """The root's task started or ended: the tree's clock rings only while work runs."""
+        self._root_busy = busy
+        if busy and self.meter is not None:
+            self.meter.arm()
+        self._quiet()
+
+    def _quiet(self) -> None:
+        if self.meter is not None and not self._running and not self._root_busy:
+            self.meter.disarm()
+
+    # -- budgets ------------------------------------------------------------------------------
+    def root_meter(self, stop: Stop) -> Meter:
+        """The root's meter, counting the whole tree against the root's budget."""
+        self.meter = Meter(self.config.budget or NO_BUDGET, None, stop, self.alarms)
+        return self.meter
+
+    def child_meter(self, parent: Meter, budget: Budget | None, stop: Stop) -> Meter:
+        """A child's meter: its budget clamped to what its parent and the tree have left."""
+        limits = budget or NO_BUDGET
+        if parent.active:
+            limits = limits.clamp(parent.left()).clamp(parent.root.left())
+        return Meter(limits, parent, stop, self.alarms)
 
     def profiles(self) -> dict[str, Profile]:
         """The profiles children of this tree can be spawned from, by name (built once)."""

@@ -18,6 +18,12 @@ class Usage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def as_dict(self) -> dict[str, int]:
+        """The shape `list_sessions` and `subagent.usage` report."""
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "total_tokens": self.total_tokens, "turns": self.turns,
+                "tool_calls": self.tool_calls}
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,

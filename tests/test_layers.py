@@ -96,11 +96,11 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # ARCHITECTURE.md's layers, bottom to top: a module imports only from its own layer or below.
 LAYERS: dict[int, tuple[str, ...]] = {
-    0: ("_version", "clock", "errors", "handlers", "ids", "items", "mcp", "rollouts.status",
-        "rollouts.values", "safe_read", "tools.process", "tools.safe_commands", "urls",
-        "usage"),
-    1: ("children", "config", "environment", "events", "handlers.ask_user", "profiles",
-        "settings", "specs", "tools.schema", "tree"),
+    0: ("_version", "budget", "clock", "errors", "handlers", "ids", "items", "mcp",
+        "rollouts.status", "rollouts.values", "safe_read", "tools.process",
+        "tools.safe_commands", "urls", "usage"),
+    1: ("children", "config", "environment", "events", "handlers.ask_user", "meter",
+        "profiles", "settings", "specs", "tools.schema", "tree"),
     2: ("mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
         "models.factory", "models.openai_chat", "models.openai_common", "models.openai_errors",
         "models.openai_responses", "models.scripted", "rollouts", "rollouts.files",

@@ -210,7 +210,7 @@ async def test_a_streamable_http_server(
                 "mcp__subs__create_session", "mcp__subs__wait_session",
                 "mcp__subs__wait_sessions", "mcp__subs__cancel_session",
                 "mcp__subs__run_session", "mcp__subs__run_sessions",
-                "mcp__subs__list_sessions"}
+                "mcp__subs__list_sessions", "mcp__subs__send_message"}
             created = await call(tools, "mcp__subs__create_session",
                                  session_type="default", prompt="work")
             child = orjson.loads(created)["session_id"]

@@ -122,7 +122,7 @@ async def test_a_connected_client_keeps_its_children_past_the_idle_timeout(
         await children.arrival("patient").wait()
         await asyncio.sleep(3 * float(IDLE))  # the host thinks for a while: time is the test
         [entry] = ok(await client.call_tool("list_sessions", {}))["sessions"]
-        assert entry["status"] == "pending"
+        assert entry["status"] == "running"
         gate.set()
         assert ok(await client.call_tool("wait_session", {
             "session_id": child, "timeout_ms": 10_000})) == {"result": "answer to patient"}

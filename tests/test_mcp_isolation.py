@@ -113,7 +113,7 @@ async def test_a_connection_reaches_only_its_own_sessions(
 
         # Alice's child ran on untouched, and she still reads it
         [entry] = ok(await alice.call_tool("list_sessions", {}))["sessions"]
-        assert (entry["session_id"], entry["status"]) == (theirs, "pending")
+        assert (entry["session_id"], entry["status"]) == (theirs, "running")
         transcript = (await alice.read_resource(f"rollout://{theirs}")).contents[0]
         assert getattr(transcript, "text", "").startswith(f"session {theirs}\n")
         assert "rollout://" + mine not in {

@@ -85,11 +85,15 @@ async def test_lists_the_five_tools_with_the_function_tool_schemas(
         assert info.capabilities.tools is not None and info.capabilities.resources is not None
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}
     assert list(listed) == ["create_session", "wait_session", "wait_sessions",
-                            "cancel_session", "run_session", "run_sessions", "list_sessions"]
+                            "cancel_session", "run_session", "run_sessions", "list_sessions",
+                            "send_message"]
     run = listed.pop("run_session").input_schema  # `budget` may be omitted (DESIGN 3.1)
     assert listed.pop("run_sessions").input_schema == run_schema(PROFILES)
     assert run["required"] == ["session_type", "prompt"] and "budget" in run["properties"]
-    assert listed["create_session"].input_schema == create_schema(PROFILES)
+    create = listed.pop("create_session")
+    assert create.input_schema == {  # `budget` may be omitted
+        **create_schema(PROFILES), "required": ["session_type", "prompt"]}
+    assert listed["send_message"].input_schema == SCHEMAS["send_message"]
     for name in ("wait_session", "wait_sessions", "cancel_session"):
         assert listed[name].input_schema == SCHEMAS[name]
     assert listed["list_sessions"].input_schema == LIST_SCHEMA
@@ -98,7 +102,7 @@ async def test_lists_the_five_tools_with_the_function_tool_schemas(
         assert schema["additionalProperties"] is False
         assert sorted(schema.get("required", [])) == sorted(schema["properties"])
         assert tool.description
-    assert "- tester: " in (listed["create_session"].description or "")
+    assert "- tester: " in (create.description or "")
 
 
 async def test_create_then_wait(
@@ -117,8 +121,9 @@ async def test_create_then_wait(
     [entry] = listed["sessions"]
     assert entry["session_id"] == child
     assert entry["session_type"] == "tester"
-    assert entry["status"] == "done" and entry["result"] == "answer to write tests"
-    assert entry["turns"] == 1 and entry["model"] == "m"
+    assert entry["status"] == "completed" and entry["last_message"] == "answer to write tests"
+    assert entry["usage"]["turns"] == 1 and entry["model"] == "m"
+    assert entry["usage"]["total_tokens"] > 0 and entry["seconds"] >= 0
     assert entry["rollout"] == f"rollout://{child}"
     rollout = read_rollout(find_rollout(home, child))
     spawn = spawn_of(rollout.meta)
@@ -287,7 +292,7 @@ async def test_a_cancelled_wait_stops_waiting_and_the_child_runs_on(
         with pytest.raises(asyncio.CancelledError):
             await wait
         listed = ok(await session.call_tool("list_sessions", {}))["sessions"]
-        assert listed[0]["status"] == "pending"
+        assert listed[0]["status"] == "running"
         gate.set()
         assert ok(await session.call_tool("wait_session", {"session_id": child,
                                                            "timeout_ms": 10_000})) == {

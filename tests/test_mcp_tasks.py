@@ -126,7 +126,7 @@ async def test_bad_arguments_are_an_error_result_not_a_task(
         assert isinstance(budget, CallToolResult)
         assert error(budget) == ("invalid arguments for run_session: "
                                  "budget.max_turns must be positive")
-        # a well-formed budget is accepted (not enforced yet)
+        # a well-formed budget is accepted (and enforced: tests/test_steer_mcp.py)
         fine = await start(client, "budgeted", budget={"max_turns": 3, "max_tokens": None})
         assert (await settled(client, fine.task_id)).status == "completed"
 
@@ -224,7 +224,7 @@ async def test_over_http_run_session_blocks_and_ends_with_the_session(
                 "run_session", {"session_type": "default", "prompt": "held"}))
             await children.arrival("held").wait()
             listed = (await client.call_tool("list_sessions", {})).structured_content or {}
-            held = [s["session_id"] for s in listed["sessions"] if s["status"] == "pending"]
+            held = [s["session_id"] for s in listed["sessions"] if s["status"] == "running"]
             call.cancel()  # the client gives up on the call, then ends its session (DELETE)
             with pytest.raises(asyncio.CancelledError):
                 await call

@@ -154,8 +154,11 @@ async def test_remote_events_reach_the_parent_with_the_spawning_call(
     cid = await parent.subsessions.spawn_child("worker", "talk", call_id="call_talk")
     await parent.subsessions.wait_child(cid)
     mine = [e for e in watch.events if e.session_id == cid]
-    assert [e.type for e in mine] == ["session.start", "assistant.message", "session.idle"]
+    assert [e.type for e in mine] == ["session.start", "assistant.message", "subagent.usage",
+                                      "session.idle"]
     assert {e.data["parent_tool_call_id"] for e in mine} == {"call_talk"}
+    [usage] = [e.data for e in mine if e.type == "subagent.usage"]  # the live meter travels
+    assert usage["remote_session_id"] == cid and usage["turns"] == 1
     assert [e.type for e in watch.endings(cid)] == ["subagent.completed"]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from subsessions.errors import ModelError
 from subsessions.items import assistant_message, function_call, user_message
-from subsessions.models import ModelRequest, ModelResponse, ScriptedModel
+from subsessions.models import ModelRequest, ModelResponse, ScriptedModel, TokenUsage
 
 
 def request(text: str = "hi", tools: tuple[str, ...] = ()) -> ModelRequest:
@@ -208,3 +208,22 @@ async def test_empty_response_has_no_output() -> None:
     response = await ScriptedModel([[]]).respond(request())
     assert response.output == ()
     assert response.usage.output_tokens > 0
+
+
+async def test_it_reports_the_usage_it_is_told() -> None:
+    model = ScriptedModel([["hi", {"type": "usage", "input_tokens": 7, "output_tokens": 3}],
+                           ["plain"]], usage=TokenUsage(1, 2))
+    first = await model.respond(request())
+    assert first.output == (assistant_message("hi"),)  # the usage item is not output
+    assert (first.usage.input_tokens, first.usage.output_tokens) == (7, 3)
+    second = await model.respond(request())
+    assert second.usage == TokenUsage(1, 2)
+    with pytest.raises(ValueError, match="usage must be a TokenUsage"):
+        ScriptedModel([], usage=(1, 2))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", True])
+async def test_a_malformed_usage_item_is_a_model_error(bad: Any) -> None:
+    model = ScriptedModel([[{"type": "usage", "input_tokens": bad}]])
+    with pytest.raises(ModelError, match="input_tokens must be a non-negative integer"):
+        await model.respond(request())

@@ -8,6 +8,7 @@ import orjson
 from attrs import define
 
 from subsessions import composition
+from subsessions.budget import parse_budget
 from subsessions.composition import Spawner
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
 from subsessions.manager import SubsessionManager
@@ -30,18 +31,7 @@ async def call_parsed(
     manager: SubsessionManager, name: str, arguments: dict[str, Any], call_id: str
 ) -> str:
     if name == "create_session":
-        profiles = manager.profiles()
-        schema = create_schema(list(profiles))
-        schema["properties"]["session_type"] = {"type": "string"}  # unknown names: own text
-        check_arguments(name, schema, arguments)
-        if arguments["session_type"] not in profiles:
-            raise UnknownSessionType(arguments["session_type"], tuple(profiles))
-        if not arguments["prompt"].strip():
-            raise InvalidArguments(name, "prompt must not be empty")
-        child_id = await manager.spawn_child(
-            arguments["session_type"], arguments["prompt"], call_id=call_id
-        )
-        return _dump({"session_id": child_id})
+        return _dump({"session_id": await create(manager, arguments, call_id)})
     if name == "run_sessions":
         return await run_plan(parse_run(manager, arguments), manager, call_id)
     check_arguments(name, SCHEMAS[name], arguments)
@@ -53,7 +43,12 @@ async def call_parsed(
         ])
     if name == "wait_sessions":
         return await _wait_sessions(manager, arguments)
+    if name == "list_sessions":
+        return _dump(list_sessions(manager))
     session_id: str = arguments["session_id"]  # any id not of a child: `unknown session`
+    if name == "send_message":
+        return _dump({"delivered": await manager.send_message(session_id,
+                                                              arguments["message"])})
     if name == "wait_session":
         timeout_ms = min(int(arguments["timeout_ms"]), MAX_TIMEOUT_MS)
         return _dump({"result": await manager.wait_child_ms(session_id, timeout_ms)})
@@ -61,6 +56,33 @@ async def call_parsed(
     if cancelled:
         manager.mark_seen(session_id)  # the model cancelled it: no notice needed
     return _dump({"cancelled": cancelled})
+
+
+async def create(
+    manager: SubsessionManager, arguments: dict[str, Any], call_id: str,
+    tool: str = "create_session",
+) -> str:
+    """`create_session` (and MCP's `run_session`): the new child's id. `budget` may be
+    omitted (MCP callers) as well as null."""
+    profiles = manager.profiles()
+    schema = create_schema(list(profiles))
+    schema["properties"]["session_type"] = {"type": "string"}  # unknown names: own text
+    del schema["properties"]["budget"]  # checked below, with texts of its own
+    schema["required"] = ["session_type", "prompt"]
+    rest = dict(arguments)
+    budget = parse_budget(rest.pop("budget", None), tool)
+    check_arguments(tool, schema, rest)
+    if rest["session_type"] not in profiles:
+        raise UnknownSessionType(rest["session_type"], tuple(profiles))
+    if not rest["prompt"].strip():
+        raise InvalidArguments(tool, "prompt must not be empty")
+    return await manager.spawn_child(rest["session_type"], rest["prompt"], call_id=call_id,
+                                     budget=budget)
+
+
+def list_sessions(manager: SubsessionManager) -> dict[str, Any]:
+    """`list_sessions`: every child of this session, oldest first (DESIGN 3.1)."""
+    return {"sessions": [info.listing() for info in manager.children()]}
 
 
 def _timeout_seconds(arguments: dict[str, Any]) -> float:

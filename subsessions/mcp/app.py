@@ -56,11 +56,12 @@ log = logging.getLogger("subsessions.mcp")
 Context = ServerRequestContext[Any, Any]
 
 TOOL_NAMES = ("create_session", "wait_session", "wait_sessions", "cancel_session",
-              "run_session", "run_sessions", "list_sessions")
+              "run_session", "run_sessions", "list_sessions", "send_message")
 LIST_SCHEMA: dict[str, Any] = {"type": "object", "properties": {},
                                "additionalProperties": False}
 LIST_DESCRIPTION = ("The sub-sessions started on this connection, oldest first: id, profile, "
-                    "status, turns so far, result or error, and the rollout:// URI of each "
+                    "status, live usage (tokens, turns, tool calls), seconds running, the last "
+                    "message so far, the error of a failed one, and the rollout:// URI of each "
                     "transcript.")
 RESOURCE_NOT_FOUND = -32002
 SCHEME = "rollout://"
@@ -69,9 +70,10 @@ INSTRUCTIONS = (
     "id at once; run_session runs one to its end and run_sessions several (each call a task, "
     "for clients that negotiate MCP Tasks); wait_session / wait_sessions collect answers "
     "(with progress notifications when asked for); cancel_session stops one; list_sessions "
-    "shows them all. Each connection is one parent session: disconnecting cancels its "
-    "running sub-sessions. The transcript of each of this connection's sessions is the "
-    "resource rollout://{session_id}."
+    "shows them all; send_message tells a running one something, or starts an ended one "
+    "again. Each connection is one parent session: disconnecting cancels its running "
+    "sub-sessions. The transcript of each of this connection's sessions is the resource "
+    "rollout://{session_id}."
 )
 _STATE_KEY = "subsessions.client"
 _T = TypeVar("_T")
@@ -90,15 +92,12 @@ def _text_result(text: str, *, error: bool = False) -> types.CallToolResult:
 
 
 def _child_entry(info: ChildInfo) -> dict[str, Any]:
-    return {
-        "session_id": info.session_id,
-        "session_type": info.session_type,
-        "model": info.model,
-        **info.outcome(),
-        "turns": info.usage.turns,
-        "duration_ms": info.duration_ms,
-        "rollout": f"{SCHEME}{info.session_id}",
-    }
+    """`list_sessions`' entry (DESIGN 3.1), with the model, a failure's error and the
+    transcript's URI."""
+    entry = {**info.listing(), "model": info.model, "rollout": f"{SCHEME}{info.session_id}"}
+    if info.error is not None:
+        entry["error"] = info.error
+    return entry
 
 
 def _awaited_ids(name: str, arguments: dict[str, Any]) -> list[str]:
@@ -224,6 +223,7 @@ class SubsessionsMcp:
         profiles = {name: self.engine.profiles[name].profile
                     for name in sorted(self.engine.profiles)}
         specs = {s["name"]: s for s in tool_specs(profiles)}
+        specs["create_session"]["parameters"] = run.schema(list(profiles))  # budget: optional
         tools = [
             types.Tool(name=name, description=specs[name]["description"],
                        input_schema=specs[name]["parameters"])
@@ -236,6 +236,8 @@ class SubsessionsMcp:
                                 input_schema=specs[runs.NAME]["parameters"]))
         tools.append(types.Tool(name="list_sessions", description=LIST_DESCRIPTION,
                                 input_schema=LIST_SCHEMA))
+        tools.append(types.Tool(name="send_message", description=specs["send_message"][
+            "description"], input_schema=specs["send_message"]["parameters"]))
         return tools
 
     async def _list_tools(

@@ -1,20 +1,17 @@
 """`run_session` on MCP: one child run to its end, its last message as the tool result.
 
-`budget` is accepted and validated (DESIGN 3.1: null, or `max_turns` / `max_tokens` /
-`max_seconds`, each nullable) but NOT enforced yet: budgets are built in the engine
-separately, and this tool will hand the value on once `spawn_child` takes it.
+`budget` (DESIGN 3.1: null or omitted, or `max_turns` / `max_tokens` / `max_seconds`, each
+nullable) is the child's, enforced as `create_session`'s.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import mcp_types as types
-import orjson
 
 from subsessions import specs
-from subsessions.errors import ChildCancelled, InvalidArguments, SubsessionError
+from subsessions.errors import ChildCancelled, SubsessionError
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.session import Session
 
@@ -22,54 +19,20 @@ NAME = "run_session"
 DESCRIPTION = (
     "Run one sub-session from a profile to its end and return its final message (with "
     "progress notifications while it runs). Clients that negotiate MCP Tasks get a task at "
-    "once instead. `budget` is accepted but not enforced yet."
+    "once instead. `budget` limits its turns, tokens and seconds."
 )
-_LIMITS = {"max_turns": "integer", "max_tokens": "integer", "max_seconds": "number"}
 Outcome = Literal["completed", "cancelled"]
 
 
 def schema(profile_names: list[str]) -> dict[str, Any]:
+    """`create_session`'s schema, `budget` optional (MCP callers may omit it)."""
     create = specs.create_schema(profile_names)
-    budget = {
-        "type": ["object", "null"],
-        "description": "Limits for the child (accepted, not enforced yet); null for none.",
-        "properties": {key: {"type": [kind, "null"], "minimum": 1 if kind == "integer" else 0}
-                       for key, kind in _LIMITS.items()},
-        "additionalProperties": False,
-    }
-    return {**create, "properties": {**create["properties"], "budget": budget}}
-
-
-def check_budget(value: Any) -> dict[str, int | float | None] | None:
-    """`budget`: null, or an object of the three nullable limits (positive numbers)."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise InvalidArguments(NAME, "budget must be an object or null")
-    for key, limit in value.items():
-        kind = _LIMITS.get(key)
-        if kind is None:
-            raise InvalidArguments(NAME, f"budget has an unexpected property {key!r}; "
-                                   f"expected {', '.join(_LIMITS)}")
-        if limit is None:
-            continue
-        if isinstance(limit, bool) or not isinstance(limit, int | float) or (
-                kind == "integer" and not float(limit).is_integer()):
-            article = "an integer" if kind == "integer" else "a number"
-            raise InvalidArguments(NAME, f"budget.{key} must be {article} or null")
-        if not (math.isfinite(limit) and limit > 0):
-            raise InvalidArguments(NAME, f"budget.{key} must be positive")
-    return dict(value)
+    return {**create, "required": ["session_type", "prompt"]}
 
 
 async def start(session: Session, arguments: dict[str, Any], call_id: str) -> str:
     """Validate the arguments and queue the child; its id. DESIGN 3.1 errors raised."""
-    rest = {k: v for k, v in arguments.items() if k != "budget"}
-    check_budget(arguments.get("budget"))  # accepted; not enforced yet (see module doc)
-    created = await subsession_tools.call_parsed(session.subsessions, "create_session", rest,
-                                                  call_id)
-    child_id: str = orjson.loads(created)["session_id"]
-    return child_id
+    return await subsession_tools.create(session.subsessions, arguments, call_id, NAME)
 
 
 def text_result(text: str, *, error: bool = False,

@@ -31,15 +31,23 @@ class ScriptedModel:
     {...}}` (`call_id` generated when absent, `arguments` a dict or JSON text). A
     response that is an exception instance is raised, to model a failing model;
     `latency` seconds are slept before each answer, to model a slow one.
+
+    Usage: each answer reports an estimate (about four characters a token), or `usage`
+    when given; an item `{"type": "usage", "input_tokens": n, "output_tokens": m}` in a
+    response reports exactly that for it (and is not output).
     """
 
     provider = "scripted"
 
     def __init__(
-        self, script: Iterable[ScriptResponse] | ScriptFunction, *, latency: float = 0.0
+        self, script: Iterable[ScriptResponse] | ScriptFunction, *, latency: float = 0.0,
+        usage: TokenUsage | None = None,
     ) -> None:
         if latency < 0:
             raise ValueError("latency must be >= 0")
+        if usage is not None and not isinstance(usage, TokenUsage):
+            raise ValueError("usage must be a TokenUsage or None")
+        self._usage = usage
         self._function: ScriptFunction | None = None
         self._responses: list[ScriptResponse] = []
         if callable(script):
@@ -68,8 +76,19 @@ class ScriptedModel:
             raise ModelError(
                 f"scripted response must be a list of items, a str or an exception: {raw!r:.200}"
             )
-        output = tuple(self._normalise(item) for item in raw)
-        return ModelResponse(output=output, usage=_estimate_usage(request, output))
+        items: list[Item] = []
+        reported: dict[str, Any] | None = None
+        for item in raw:
+            if isinstance(item, dict) and item.get("type") == "usage":
+                reported = item  # what this answer reports, not output
+            else:
+                items.append(self._normalise(item))
+        output = tuple(items)
+        if reported is not None:
+            usage = _reported_usage(reported)
+        else:
+            usage = self._usage or _estimate_usage(request, output)
+        return ModelResponse(output=output, usage=usage)
 
     async def _script_response(self, request: ModelRequest) -> ScriptResponse:
         if self._function is None:
@@ -99,6 +118,14 @@ class ScriptedModel:
             arguments = orjson.dumps(arguments).decode()
         call_id = item.get("call_id") or f"call_{next(self._call_ids)}"
         return function_call(name, arguments, str(call_id))
+
+
+def _reported_usage(item: dict[str, Any]) -> TokenUsage:
+    counts = {key: item.get(key, 0) for key in ("input_tokens", "output_tokens")}
+    for key, count in counts.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ModelError(f"scripted usage {key} must be a non-negative integer: {item!r}")
+    return TokenUsage(**counts)
 
 
 def _estimate_usage(request: ModelRequest, output: tuple[Item, ...]) -> TokenUsage:

@@ -15,7 +15,8 @@ from typing import Any
 
 from attrs import field, frozen
 
-from subsessions.errors import ProfileError, UnknownSessionType
+from subsessions.budget import Budget, parse_budget
+from subsessions.errors import InvalidArguments, ProfileError, UnknownSessionType
 from subsessions.safe_read import NotReadable, read_regular
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -49,6 +50,7 @@ class Profile:
     max_turns: int = 24
     persona: str | None = None
     memory: str | None = None
+    budget: Budget | None = None  # a child's own limits (a top-level session's: its tree's)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -60,6 +62,8 @@ class Profile:
             raise ValueError("max_turns must be an integer")
         if self.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise ValueError(f"budget must be a Budget or None, not {self.budget!r:.60}")
 
     def allows(self, tool_name: str) -> bool:
         """Whether the allowlist admits a tool: `None` all, `()` none, a list only those."""
@@ -75,6 +79,7 @@ class Profile:
             fallback_models=self.fallback_models,
             tools=self.tools,
             max_turns=self.max_turns,
+            budget=self.budget,
         )
 
 
@@ -95,6 +100,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "max_turns": ((int,), "an integer"),
     "persona": ((str,), "a string"),
     "memory": ((str,), "a string"),
+    "budget": ((dict,), "a table"),
 }
 
 
@@ -118,6 +124,12 @@ def profile_from_mapping(data: Mapping[str, Any], source: str) -> Profile:
             raise ProfileError(source, f"{key} must be {wanted}")
     if "name" not in data:
         raise ProfileError(source, "missing required key 'name'")
+    data = dict(data)
+    if "budget" in data:
+        try:
+            data["budget"] = parse_budget(data["budget"], "budget")
+        except InvalidArguments as exc:
+            raise ProfileError(source, exc.problem) from None
     try:
         return Profile(**data)
     except ValueError as exc:

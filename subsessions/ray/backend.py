@@ -113,6 +113,12 @@ class RayBackend:
         return self._run_remote(host_session, prompt)
 
     async def _run_remote(self, child: Session, prompt: str) -> str | None:
+        # No inbox travels to the shard yet: a message sent meanwhile waits for this task's
+        # ending and starts a follow-up (which runs here), rather than being lost.
+        child.taking_messages = False
+        if child.cancel_requested or child.budget_stop is not None:  # stopped before it began
+            return await task.run(child, prompt, True)  # it ends here, as in process
+        child.task_begins()  # from here a cancel reaches this task, and through it the shard
         try:
             try:
                 pool = await self._started(child.runtime)

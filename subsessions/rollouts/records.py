@@ -96,6 +96,15 @@ def cancelled(turn_id: str, started: float, by: str) -> list[dict[str, Any]]:
              "cancelled_by": by}]
 
 
+def budget_limited(
+    turn_id: str, started: float, kind: str, limit: float, message: str
+) -> list[dict[str, Any]]:
+    """Stopped by a budget (DESIGN 3.1): `turn_aborted(budget_limited)` with the limit
+    reached (`kind`: turns, tokens, seconds) and our error text."""
+    return [{**_timed("turn_aborted", turn_id, started), "reason": "budget_limited",
+             "limit": {"kind": kind, "max": limit}, "message": message}]
+
+
 def interrupted(turn_id: str, started: float) -> list[dict[str, Any]]:
     """Torn down by something other than a cancel (the engine's own failure)."""
     return [{**_timed("turn_aborted", turn_id, started), "reason": "interrupted"}]
@@ -112,3 +121,5 @@ def token_count(
 
 def background(message: str) -> dict[str, Any]:
     return {"type": "background_event", "message": message}
+
+

@@ -448,7 +448,10 @@ async def test_tool_schemas(engine: Engine, script: Script) -> None:
             assert params["additionalProperties"] is False
             assert set(params["required"]) == set(params["properties"])
         create_props = specs["create_session"]["parameters"]["properties"]
-        assert set(create_props) == {"session_type", "prompt"}
+        assert set(create_props) == {"session_type", "prompt", "budget"}  # DESIGN 3.1
+        assert create_props["budget"]["type"] == ["object", "null"]
+        assert set(create_props["budget"]["required"]) == {
+            "max_turns", "max_tokens", "max_seconds"}
         assert create_props["session_type"]["type"] == "string"
         assert set(create_props["session_type"]["enum"]) == names
         assert len(create_props["session_type"]["enum"]) == len(names)
