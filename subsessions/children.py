@@ -37,6 +37,11 @@ class ChildStatus(enum.Enum):
         """Not ended yet (pending or cancelling)."""
         return self in (ChildStatus.PENDING, ChildStatus.CANCELLING)
 
+    @property
+    def word(self) -> str:
+        """What every surface shows (tools, MCP, the CLI): one word per state."""
+        return STATUS_WORDS[self]
+
 
 @define
 class Pending:
@@ -102,7 +107,7 @@ class ChildInfo:
         return {
             "session_id": self.session_id,
             "session_type": self.session_type,
-            "status": STATUS_WORDS[self.status],
+            "status": self.status.word,
             "usage": self.usage.as_dict(),
             "seconds": round(max(0.0, end - self.started_at), 3),
             "last_message": None if last is None else last[:LAST_MESSAGE_CHARS],
@@ -110,13 +115,14 @@ class ChildInfo:
 
     def outcome(self) -> dict[str, Any]:
         """The `{"status", "result"|"error"}` shape the wait tools report."""
-        if self.status is ChildStatus.DONE:
-            return {"status": "done", "result": self.result}
-        if self.status is ChildStatus.FAILED:
-            return {"status": "failed", "error": self.error}
-        if self.status is ChildStatus.CANCELLED:
-            return {"status": "cancelled", "error": "cancelled"}
-        return {"status": self.status.value}
+        status = self.status
+        if status is ChildStatus.DONE:
+            return {"status": status.word, "result": self.result}
+        if status is ChildStatus.FAILED:
+            return {"status": status.word, "error": self.error}
+        if status is ChildStatus.CANCELLED:
+            return {"status": status.word, "error": "cancelled"}
+        return {"status": status.word}
 
 
 class ChildSession(Protocol):

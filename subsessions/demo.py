@@ -148,7 +148,7 @@ async def run_demo(home: Path, out: TextIO) -> int:
         for info in parent.subsessions.children():
             text = info.result or info.error or "-"
             first = text.splitlines()[0]
-            out.write(f"  {info.session_type:<13} {info.status.value:<10} {first}\n")
+            out.write(f"  {info.session_type:<13} {info.status.word:<10} {first}\n")
         out.write(f"\nparent's answer:\n{answer}\n")
     with tempfile.TemporaryDirectory(prefix="subsessions-workspace-") as workspace:
         await run_work_scene(home, Path(workspace), profiles, out)

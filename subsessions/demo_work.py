@@ -141,5 +141,5 @@ async def run_work_scene(home: Path, workspace: Path, profiles: dict[str, Loaded
         ))
         await parent.send_and_wait("Test and lint the sample package.")
         for info in parent.subsessions.children():
-            out.write(f"\n-- {info.session_type} ({info.status.value}, "
+            out.write(f"\n-- {info.session_type} ({info.status.word}, "
                       f"{info.usage.tool_calls} tool calls):\n{info.result or info.error}\n")

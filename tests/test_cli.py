@@ -57,9 +57,9 @@ def test_demo_shows_children_and_a_nested_tree(tmp_path: Path) -> None:
     result = cli("demo", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert re.search(r"^\s+mathematician\s+done\s+Answer: 24133$", out, re.M), out
-    assert re.search(r"^\s+tester\s+done\s+PASS", out, re.M), out
-    assert re.search(r"^\s+linter_fixer\s+done\s", out, re.M), out
+    assert re.search(r"^\s+mathematician\s+completed\s+Answer: 24133$", out, re.M), out
+    assert re.search(r"^\s+tester\s+completed\s+PASS", out, re.M), out
+    assert re.search(r"^\s+linter_fixer\s+completed\s", out, re.M), out
     assert re.search(r"^\s+default\s+cancelled\s", out, re.M), out
     assert "rollout tree" in out
     assert NESTED.search(out), out

@@ -116,9 +116,9 @@ async def test_wait_any_returns_at_the_first_ending_and_the_rest_run_on(
         pytest.fail("wait_any kept waiting although two of its children had already ended")
     assert second.timed_out is False
     assert {cid: info.outcome() for cid, info in second.children.items()} == {
-        a: {"status": "pending"},
-        b: {"status": "done", "result": "bravo answer"},
-        c: {"status": "done", "result": "charlie answer"},
+        a: {"status": "running"},
+        b: {"status": "completed", "result": "bravo answer"},
+        c: {"status": "completed", "result": "charlie answer"},
     }
     assert manager.status(a) is ChildStatus.PENDING  # not cancelled by any of the waits
     assert script.cancelled == []
@@ -141,9 +141,9 @@ async def test_wait_any_and_wait_all_time_out_and_leave_the_children_running(
     every = await manager.wait_all([a, b, c], timeout=0.02)
     assert every.timed_out is True
     assert {cid: info.outcome() for cid, info in every.children.items()} == {
-        a: {"status": "done", "result": "answer to alpha"},
-        b: {"status": "done", "result": "answer to bravo"},
-        c: {"status": "pending"},
+        a: {"status": "completed", "result": "answer to alpha"},
+        b: {"status": "completed", "result": "answer to bravo"},
+        c: {"status": "running"},
     }
     only_c = await manager.wait_any([c], timeout=0.01)
     assert only_c.timed_out is True
@@ -194,7 +194,7 @@ async def test_run_parallel_overlaps_and_returns_results_in_task_order(
     assert [step.child.session_id for step in run.steps if step.child] == ids
     assert [e.data["remote_session_id"] for e in watch.endings()] == ids[::-1]
     assert [step.outcome() for step in run.steps] == [
-        {"session_id": cid, "session_type": "worker", "status": "done", "result": f"{p} done"}
+        {"session_id": cid, "session_type": "worker", "status": "completed", "result": f"{p} done"}
         for cid, p in zip(ids, prompts, strict=True)
     ]
 
@@ -263,7 +263,7 @@ async def test_run_chain_stops_at_a_failing_middle_step(parent: Session, script:
     assert run.failed_step == 1
     assert run.timed_out is False
     assert len(run.steps) == 2
-    assert run.steps[0].outcome()["status"] == "done"
+    assert run.steps[0].outcome()["status"] == "completed"
     assert run.steps[1].outcome()["status"] == "failed"
     assert run.steps[1].outcome()["error"] == "middle broke"
     assert [p for p in script.seen if p.startswith("never")] == []

@@ -153,7 +153,7 @@ async def test_the_2026_protocol_era_is_served_on_stdio(
                                                          "timeout_ms": 10_000},
                                         progress_callback=on_progress)
         assert ok(waited) == {"result": "answer to modern"}
-        assert parse_progress(seen[0])[child][0] == "pending"
+        assert parse_progress(seen[0])[child][0] == "running"
         assert ok(await client.call_tool("list_sessions", {}))["sessions"][0]["session_id"] == child
 
 
@@ -167,7 +167,7 @@ async def test_wait_sends_progress_with_status_and_turns(
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         values.append(progress)
         seen.append(parse_progress(message))
-        if seen[-1].get(child) == ("pending", 1):
+        if seen[-1].get(child) == ("running", 1):
             gate.set()  # the child is in its first model call: let it answer
 
     async with connect(home, fake_openai, tmp_path, errlog) as session:
@@ -177,7 +177,7 @@ async def test_wait_sends_progress_with_status_and_turns(
                                          progress_callback=on_progress)
     assert ok(waited) == {"result": "answer to slow"}
     assert gate.is_set(), "no progress notification said the child was in its first turn"
-    assert seen[0][child][0] == "pending"
+    assert seen[0][child][0] == "running"
     assert values == sorted(set(values)), "progress must grow with every notification"
 
 
@@ -192,24 +192,24 @@ async def test_wait_sessions_any_then_all(
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             seen.append(parse_progress(message))
-            if seen[-1] == {first: ("pending", 1), second: ("pending", 1)}:
+            if seen[-1] == {first: ("running", 1), second: ("running", 1)}:
                 gates["first"].set()  # both are in their first model call: one may end
-            if seen[-1].get(first, ("",))[0] == "done":
+            if seen[-1].get(first, ("",))[0] == "completed":
                 gates["second"].set()
 
         anyone = ok(await session.call_tool("wait_sessions", {
             "session_ids": [first, second], "timeout_ms": 10_000, "mode": "any"},
             progress_callback=on_progress))
-        assert anyone == {"results": {first: {"status": "done", "result": "answer to first"},
-                                      second: {"status": "pending"}},
+        assert anyone == {"results": {first: {"status": "completed", "result": "answer to first"},
+                                      second: {"status": "running"}},
                           "timed_out": False}
         everyone = ok(await session.call_tool("wait_sessions", {
             "session_ids": [first, second], "timeout_ms": 10_000, "mode": "all"},
             progress_callback=on_progress))
-    assert everyone == {"results": {first: {"status": "done", "result": "answer to first"},
-                                    second: {"status": "done", "result": "answer to second"}},
+    assert everyone == {"results": {first: {"status": "completed", "result": "answer to first"},
+                                    second: {"status": "completed", "result": "answer to second"}},
                         "timed_out": False}
-    assert {first: ("done", 1), second: ("pending", 1)} in seen
+    assert {first: ("completed", 1), second: ("running", 1)} in seen
 
 
 async def test_cancel(

@@ -92,7 +92,7 @@ async def test_a_task_runs_the_child_and_carries_its_answer(
         assert done.status == "completed"
         result = CallToolResult.model_validate(done.result)
         assert not result.is_error and result_text(result) == "answer to slow"
-        assert re.fullmatch(r"done, 1 turns, \d+ tokens", done.status_message or "")
+        assert re.fullmatch(r"completed, 1 turns, \d+ tokens", done.status_message or "")
         # the SDK's own call_tool resolves the task through the claim, transparently
         plain = await client.call_tool("run_session", {"session_type": "default",
                                                        "prompt": "again"})
@@ -198,7 +198,7 @@ async def test_without_tasks_run_session_blocks_and_reports_progress(
                                                          "prompt": "slow"},
                                          progress_callback=on_progress)
     assert result_text(result) == "answer to slow" and not result.is_error
-    assert seen and re.fullmatch(r"[0-9a-f-]{36}: pending, [01] turns", seen[0] or "")
+    assert seen and re.fullmatch(r"[0-9a-f-]{36}: running, [01] turns", seen[0] or "")
 
 
 async def test_a_2026_client_without_the_extension_gets_the_answer_itself(

@@ -358,7 +358,7 @@ async def test_an_idle_parent_is_woken_by_its_childs_ending(home: Path, watch: W
         assert woke.is_set()
         [request] = script.seen["notice"]
         assert user_texts(request) == [
-            f'<subsession_notification>{{"session_id":"{cid}","status":"done",'
+            f'<subsession_notification>{{"session_id":"{cid}","status":"completed",'
             '"result":"answer to test it"}</subsession_notification>']
         assert [e.data["content"] for e in watch.events if e.type == "assistant.message"
                 and e.session_id == root.session_id] == ["the tester finished"]

@@ -21,7 +21,7 @@ PROGRESS_INTERVAL = 0.1  # seconds between looks at the awaited children
 
 def progress_line(infos: list[ChildInfo]) -> str:
     """`{id}: {status}, {turns} turns` for each awaited child, `; `-separated."""
-    return "; ".join(f"{i.session_id}: {i.status.value}, {i.usage.turns} turns" for i in infos)
+    return "; ".join(f"{i.session_id}: {i.status.word}, {i.usage.turns} turns" for i in infos)
 
 
 def wants_progress(ctx: Context) -> bool:

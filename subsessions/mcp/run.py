@@ -59,5 +59,4 @@ async def outcome(session: Session, child_id: str) -> tuple[Outcome, types.CallT
 def status_message(session: Session, child_id: str) -> str:
     """The child's state for `tasks/get`: `running, 2 turns, 340 tokens`."""
     info = session.subsessions.info(child_id)
-    state = "running" if info.status.running else info.status.value
-    return f"{state}, {info.usage.turns} turns, {info.usage.total_tokens} tokens"
+    return f"{info.status.word}, {info.usage.turns} turns, {info.usage.total_tokens} tokens"

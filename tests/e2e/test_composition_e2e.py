@@ -110,10 +110,10 @@ async def task(
 
 
 def done(result: str | None) -> dict[str, Any]:
-    return {"status": "done", "result": result}
+    return {"status": "completed", "result": result}
 
 
-PENDING = {"status": "pending"}
+PENDING = {"status": "running"}
 
 
 # -- wait_sessions ---------------------------------------------------------------------------
@@ -295,7 +295,8 @@ async def test_run_sessions_parallel_overlaps_and_returns_results_in_task_order(
     assert value(outs[0]) == {
         "mode": "parallel",
         "results": [
-            {"session_id": cid, "session_type": "worker", "status": "done", "result": f"{p} done"}
+            {"session_id": cid, "session_type": "worker", "status": "completed",
+             "result": f"{p} done"}
             for cid, p in zip(ids, prompts, strict=True)
         ],
         "timed_out": False,
@@ -343,7 +344,7 @@ async def test_run_sessions_chain_stops_at_a_failing_middle_step(
     assert body["failed_step"] == 1
     assert body["error"] == "step 1 (worker) failed: middle broke"
     assert body["timed_out"] is False
-    assert [r["status"] for r in body["results"]] == ["done", "failed"]
+    assert [r["status"] for r in body["results"]] == ["completed", "failed"]
     assert body["results"][1]["error"] == "middle broke"
     assert [p for p in script.seen if p.startswith("never")] == []  # never spawned
     assert len(parent.subsessions.children()) == 2
@@ -388,7 +389,7 @@ async def test_run_sessions_parallel_over_the_child_limit(
         [lambda outs: [run("parallel", *(("worker", f"p{i}") for i in range(3)))]],
     )
     results = value(outs[0])["results"]
-    assert [r["status"] for r in results] == ["done", "done", "failed"]
+    assert [r["status"] for r in results] == ["completed", "completed", "failed"]
     assert [r.get("result") for r in results[:2]] == ["answer to p0", "answer to p1"]
     assert results[2] == {"status": "failed", "error": LIMIT_TEXT.format(n=2)}
     assert script.seen["p2"] == []
@@ -428,7 +429,7 @@ async def test_a_child_that_ended_unwaited_is_announced_once_at_the_next_turn(
     script.hold("job")
     ending: Any = ["job result"] if how == "done" else RuntimeError("job broke")
     expected_tail = (
-        {"status": "done", "result": "job result"}
+        {"status": "completed", "result": "job result"}
         if how == "done"
         else {"status": "failed", "error": "job broke"}
     )
@@ -524,7 +525,7 @@ async def test_two_children_ending_together_give_two_notices_once(
     await task(parent, script, [lambda outs: [call("list_profiles")]], "second")
     await task(parent, script, [], "third")
     expected = [
-        {"session_id": left, "status": "done", "result": "left result"},
+        {"session_id": left, "status": "completed", "result": "left result"},
         {"session_id": right, "status": "failed", "error": "right broke"},
     ]
     first_sight = script.seen["second"][0]
