@@ -1,16 +1,21 @@
 """Fan-out benchmark: N children on a zero-latency scripted model against bare asyncio.
 
-Subject: one parent session spawns N children with `spawn_child` (each a full session
-with its own rollout file), then waits for every result.
-Baseline (the physical limit): N bare asyncio tasks, each building the same records a
-child writes, serialising them with orjson and writing its own file.
-
-Rounds alternate baseline and subject (A B A B ...), each in a fresh directory, after a
-warm-up; the figures are per child, min / median / max, and the median ratio last.
-Budget mode: the same subject with a budget on every child (turns, tokens and seconds, so
-each child's meter counts and its clock is armed) against the subject without, alternated
-in the same run (target ratio <= 1.05); `--only-budget` runs that comparison alone.
-Run: python bench/fanout.py [--n 10000] [--rounds 3] [--dir /dev/shm]  (see --help)
+Subject: one parent session spawns N children with `spawn_child` (each a full session with its
+own rollout file), then collects every result with `gather(wait_child(...))`.
+Baselines, measured in the same run, rounds interleaved (A B C A B C ...), each round in a
+fresh directory, after a warm-up:
+  anchor  the anchor workload: one task per child serialising 5 transcript lines with orjson
+          into its own file, results gathered (what any engine must do at the least);
+  equal   one task per child building the very records a child writes (9 lines, plus the two
+          lines about it in the parent's rollout), one file each.
+Figures are per child, min / median / max over rounds; the median ratios last. Each size also
+reports the cyclic collector's share of the subject's time (time inside `gc.callbacks`), and
+the per-child cost at the largest size against the one at 10,000 (flatness).
+Further phases: `gather(wait_child)` against `wait_all(ids)`; N = 1,000 with 100 ms model
+latency against the anchor; RSS growth per in-flight child (each size in a fresh process,
+children held at their model call); a budget on every child against none.
+gc.freeze() is not used; the collector runs with Python's default thresholds.
+Run: python bench/fanout.py [--sizes 1000,10000,100000] [--rounds 3] [--dir /dev/shm]
 """
 
 from __future__ import annotations
@@ -21,14 +26,17 @@ import gc
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from subsessions import Budget, Engine, ScriptedModel, SessionConfig
 from subsessions.profiles import load_profiles
@@ -38,6 +46,10 @@ ANSWER = "Answer: 4"
 PROFILES = load_profiles(None)
 # generous: never reached, but every child counts against it and arms its clock
 BUDGET = Budget(max_turns=8, max_tokens=1_000_000, max_seconds=3600.0)
+USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]}
+REPLY = {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": ANSWER}]}
+Run = Callable[[Path, int, float], Awaitable[float]]
 
 
 def _record(kind: str, payload: dict[str, Any]) -> bytes:
@@ -46,219 +58,307 @@ def _record(kind: str, payload: dict[str, Any]) -> bytes:
                         option=orjson.OPT_APPEND_NEWLINE)
 
 
-async def _bare_child(
-    folder: Path, index: int, latency: float, gate: asyncio.Event | None = None,
-    parent_lines: list[bytes] | None = None,
-) -> str:
-    """What a child must do at the least: build its records (and the two lines about it in
-    its parent's rollout), wait for a model, write a file."""
-    if parent_lines is not None:
-        parent_lines.append(_record("event_msg", {"type": "background_event",
-                                                  "message": f"spawned child {index}"}))
-    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]}
-    reply = {"type": "message", "role": "assistant",
-             "content": [{"type": "output_text", "text": ANSWER}]}
+def _write(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+# -- the baselines ------------------------------------------------------------------------
+async def _anchor_child(folder: Path, index: int, latency: float,
+                        gate: asyncio.Event | None = None) -> str:
+    """The anchor workload: a transcript of five lines, a model wait, its own file."""
+    head = b"".join([_record("session_meta", {"id": str(index), "cwd": str(folder)}),
+                     _record("response_item", USER)])  # orjson's outputs carry spare room
+    await (gate.wait() if gate is not None else asyncio.sleep(latency))
+    lines = [head, _record("response_item", REPLY),
+             _record("event_msg", {"type": "agent_message", "message": ANSWER}),
+             _record("event_msg", {"type": "task_complete", "last_agent_message": ANSWER})]
+    _write(folder / f"rollout-{index}.jsonl", b"".join(lines))
+    return ANSWER
+
+
+async def _equal_child(folder: Path, index: int, latency: float,
+                       parent_lines: list[bytes]) -> str:
+    """The records a child writes (and the two about it in its parent's rollout)."""
+    parent_lines.append(_record("event_msg", {"type": "background_event",
+                                              "message": f"spawned child {index}"}))
     head = b"".join([
         _record("session_meta", {"id": str(index), "cwd": str(folder), "source": "exec",
                                  "model": "scripted", "instructions": ""}),
         _record("turn_context", {"cwd": str(folder), "model": "scripted"}),
         _record("event_msg", {"type": "task_started"}),
-        _record("response_item", user),
+        _record("response_item", USER),
         _record("event_msg", {"type": "user_message", "message": PROMPT}),
-    ])  # joined before waiting: orjson's outputs carry spare capacity
-    if gate is not None:
-        await gate.wait()
-    else:
-        await asyncio.sleep(latency)
+    ])
+    await asyncio.sleep(latency)
     tail = [
         _record("event_msg", {"type": "token_count", "info": {}}),
-        _record("response_item", reply),
+        _record("response_item", REPLY),
         _record("event_msg", {"type": "agent_message", "message": ANSWER}),
         _record("event_msg", {"type": "task_complete", "last_agent_message": ANSWER}),
     ]
-    fd = os.open(folder / f"rollout-{index}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                 0o600)
-    try:
-        os.write(fd, head + b"".join(tail))
-    finally:
-        os.close(fd)
-    if parent_lines is not None:
-        parent_lines.append(_record("event_msg", {"type": "background_event",
-                                                  "message": f"child {index} completed"}))
+    _write(folder / f"rollout-{index}.jsonl", head + b"".join(tail))
+    parent_lines.append(_record("event_msg", {"type": "background_event",
+                                              "message": f"child {index} completed"}))
     return ANSWER
 
 
-async def baseline(folder: Path, n: int, latency: float) -> tuple[float, list[float]]:
+async def anchor(folder: Path, n: int, latency: float) -> float:
+    os.makedirs(folder)
+    start = time.perf_counter()
+    results = await asyncio.gather(*(_anchor_child(folder, i, latency) for i in range(n)))
+    elapsed = time.perf_counter() - start
+    assert results == [ANSWER] * n
+    return elapsed
+
+
+async def equal(folder: Path, n: int, latency: float) -> float:
     os.makedirs(folder)
     parent_lines: list[bytes] = []
     start = time.perf_counter()
     results = await asyncio.gather(
-        *(_bare_child(folder, i, latency, None, parent_lines) for i in range(n))
-    )
-    fd = os.open(folder / "rollout-parent.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.write(fd, b"".join(parent_lines))
-    finally:
-        os.close(fd)
+        *(_equal_child(folder, i, latency, parent_lines) for i in range(n)))
+    _write(folder / "rollout-parent.jsonl", b"".join(parent_lines))
     elapsed = time.perf_counter() - start
     assert results == [ANSWER] * n
-    return elapsed, []
+    return elapsed
 
 
-async def subject(
-    folder: Path, n: int, latency: float, budget: Budget | None = None
-) -> tuple[float, list[float]]:
-    model = ScriptedModel(lambda request: [ANSWER], latency=latency)
-    spawn_times: list[float] = []
+# -- the subject --------------------------------------------------------------------------
+async def subject(folder: Path, n: int, latency: float, budget: Budget | None = None,
+                  collect: str = "gather") -> float:
+    model = ScriptedModel(lambda request: [ANSWER], latency=latency, keep_requests=False)
     async with Engine(folder, model_client=model, profiles=PROFILES) as engine:
         parent = await engine.create_session(SessionConfig(max_children=n + 1))
         manager = parent.subsessions
-        clock = time.perf_counter
-        start = clock()
-        ids = []
-        for _ in range(n):
-            before = clock()
-            ids.append(await manager.spawn_child("mathematician", PROMPT, budget=budget))
-            spawn_times.append(clock() - before)
-        results = [await manager.wait_child(cid) for cid in ids]
+        start = time.perf_counter()
+        ids = [await manager.spawn_child("mathematician", PROMPT, budget=budget)
+               for _ in range(n)]
+        if collect == "gather":
+            results = list(await asyncio.gather(*(manager.wait_child(cid) for cid in ids)))
+        else:
+            done = await manager.wait_all(ids)
+            results = [done.children[cid].result for cid in ids]
         elapsed = time.perf_counter() - start
     assert results == [ANSWER] * n
-    return elapsed, spawn_times
+    return elapsed
 
 
-def _cpu_of_others() -> float:
-    """CPU seconds all processes have used, minus ours (a rough load figure)."""
-    with open("/proc/stat") as stat:
-        fields = [int(x) for x in stat.readline().split()[1:8]]
-    ticks = os.sysconf("SC_CLK_TCK")
-    ours = sum(os.times()[:2])
-    return (sum(fields) - fields[3] - fields[4]) / ticks - ours
+async def subject_wait_all(folder: Path, n: int, latency: float) -> float:
+    return await subject(folder, n, latency, collect="wait_all")
 
 
+async def subject_budget(folder: Path, n: int, latency: float) -> float:
+    return await subject(folder, n, latency, budget=BUDGET)
+
+
+class CollectorClock:
+    """Time spent inside the cyclic collector (gc.callbacks), while installed."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+
+    async def time(self, run: Awaitable[float]) -> tuple[float, float]:
+        self.seconds = 0.0
+        gc.callbacks.append(self)
+        try:
+            elapsed = await run
+        finally:
+            gc.callbacks.remove(self)
+        return elapsed, self.seconds
+
+
+# -- rounds -------------------------------------------------------------------------------
 def _fmt(values: list[float], n: int) -> str:
     per = sorted(v / n * 1e6 for v in values)
     return (f"min {per[0]:8.1f}  median {statistics.median(per):8.1f}  "
             f"max {per[-1]:8.1f} µs/child")
 
 
-async def memory_per_child(base: Path, n: int) -> tuple[float, float]:
-    """Bytes Python holds per child while N children wait on their model (tracemalloc)."""
-    gate = asyncio.Event()
+def _cpu_of_others() -> float:
+    """CPU seconds all processes have used, minus ours (a rough load figure)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:8]]
+    ours = sum(os.times()[:2])
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK") - ours
+
+
+async def interleaved(base: Path, tag: str, runs: dict[str, Run], n: int, latency: float,
+                      rounds: int, clock: CollectorClock) -> dict[str, list[float]]:
+    """Each run once per round, the order rotating; gc time is kept under `<name> gc`."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for name in runs:
+        times[f"{name} gc"] = []
+    names = list(runs)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            gc.collect()  # the last run's garbage is not collected on this one's time
+            elapsed, in_gc = await clock.time(runs[name](base / f"{tag}-{name}-{r}", n, latency))
+            times[name].append(elapsed)
+            times[f"{name} gc"].append(in_gc)
+    return times
+
+
+def _ratio(times: dict[str, list[float]], over: str, under: str) -> float:
+    return statistics.median(times[over]) / statistics.median(times[under])
+
+
+async def fan_out(base: Path, args: argparse.Namespace, clock: CollectorClock) -> None:
+    per_child: dict[int, float] = {}
+    runs: dict[str, Run] = {"anchor": anchor, "equal": equal, "subject": subject}
+    for n in args.sizes:
+        times = await interleaved(base, f"n{n}", runs, n, 0.0, args.rounds, clock)
+        per_child[n] = statistics.median(times["subject"]) / n
+        gc_share = statistics.median(
+            g / t for g, t in zip(times["subject gc"], times["subject"], strict=True))
+        anchor_gc = statistics.median(
+            g / t for g, t in zip(times["anchor gc"], times["anchor"], strict=True))
+        print(f"N={n}")
+        print(f"  anchor (5 lines, own file, gather):   {_fmt(times['anchor'], n)}")
+        print(f"  equal records (9 + 2 parent lines):   {_fmt(times['equal'], n)}")
+        print(f"  subsessions (spawn_child + gather):   {_fmt(times['subject'], n)}")
+        print(f"  collector's share of the time: subsessions {gc_share:.0%}, anchor "
+              f"{anchor_gc:.0%}")
+        print(f"  ratio subsessions/anchor {_ratio(times, 'subject', 'anchor'):.2f} "
+              f"(target <= 2.0); subsessions/equal records "
+              f"{_ratio(times, 'subject', 'equal'):.2f}")
+    if 10_000 in per_child and max(per_child) > 10_000:
+        largest = max(per_child)
+        print(f"flatness: per-child cost at N={largest} / at N=10000: "
+              f"{per_child[largest] / per_child[10_000]:.2f} (target <= 1.15)")
+
+
+async def collecting(base: Path, args: argparse.Namespace, clock: CollectorClock) -> None:
+    n = 10_000
+    runs: dict[str, Run] = {"gather": subject, "wait_all": subject_wait_all}
+    times = await interleaved(base, "collect", runs, n, 0.0, args.rounds, clock)
+    print(f"collecting N={n} results: gather(wait_child) {_fmt(times['gather'], n)}")
+    print(f"                          wait_all(ids)      {_fmt(times['wait_all'], n)}")
+    print(f"  ratio gather/wait_all {_ratio(times, 'gather', 'wait_all'):.2f} (target <= 1.1)")
+
+
+async def latency(base: Path, args: argparse.Namespace, clock: CollectorClock) -> None:
+    n = args.latency_n
+    runs: dict[str, Run] = {"anchor": anchor, "subject": subject}
+    times = await interleaved(base, "latency", runs, n, 0.1, args.latency_rounds, clock)
+    print(f"N={n} with 100 ms model latency: anchor median "
+          f"{statistics.median(times['anchor']) * 1e3:.0f} ms, subsessions median "
+          f"{statistics.median(times['subject']) * 1e3:.0f} ms, wall ratio "
+          f"{_ratio(times, 'subject', 'anchor'):.2f} (target <= 1.15)")
+
+
+async def budgets(base: Path, args: argparse.Namespace, clock: CollectorClock) -> None:
+    n = 10_000
+    runs: dict[str, Run] = {"plain": subject, "budget": subject_budget}
+    times = await interleaved(base, "budget", runs, n, 0.0, args.budget_rounds, clock)
+    print(f"subsessions, no budget:               {_fmt(times['plain'], n)}")
+    print(f"subsessions, a budget on every child: {_fmt(times['budget'], n)}")
+    print(f"  ratio budget/no budget {_ratio(times, 'budget', 'plain'):.3f} (target <= 1.05)")
+
+
+# -- memory: each size in a fresh process ---------------------------------------------------
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def held_children(folder: Path, n: int, which: str) -> float:
+    """RSS growth per child while N children (or N anchor tasks) wait on their model."""
+    gate, all_waiting = asyncio.Event(), asyncio.Event()
+    waiting = [0]
 
     async def held(request: Any) -> list[str]:
+        waiting[0] += 1
+        if waiting[0] == n:
+            all_waiting.set()
         await gate.wait()
         return [ANSWER]
 
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        async with Engine(base / "mem-subject", model_client=ScriptedModel(held),
-                          profiles=PROFILES) as engine:
-            parent = await engine.create_session(SessionConfig(max_children=n + 1))
-            ids = [await parent.subsessions.spawn_child("mathematician", PROMPT)
-                   for _ in range(n)]
-            await asyncio.sleep(0.05)  # every child reaches its model call
-            subject_kib = (tracemalloc.get_traced_memory()[0] - before) / n / 1024
-            gate.set()
-            for cid in ids:
-                await parent.subsessions.wait_child(cid)
-        folder = base / "mem-baseline"
-        os.makedirs(folder)
-        gate = asyncio.Event()
-        before = tracemalloc.get_traced_memory()[0]
-        tasks = [asyncio.ensure_future(_bare_child(folder, i, 0.0, gate)) for i in range(n)]
+    os.makedirs(folder)
+    gc.collect()
+    if which == "anchor":
+        before = _rss()
+        tasks = [asyncio.ensure_future(_anchor_child(folder, i, 0.0, gate)) for i in range(n)]
         await asyncio.sleep(0.05)
-        baseline_kib = (tracemalloc.get_traced_memory()[0] - before) / n / 1024
+        grown = _rss() - before
         gate.set()
         await asyncio.gather(*tasks)
-    finally:
-        tracemalloc.stop()
-    return subject_kib, baseline_kib
+        return grown / n
+    model = ScriptedModel(held, keep_requests=False)
+    async with Engine(folder, model_client=model, profiles=PROFILES) as engine:
+        parent = await engine.create_session(SessionConfig(max_children=n + 1))
+        before = _rss()
+        ids = [await parent.subsessions.spawn_child("mathematician", PROMPT) for _ in range(n)]
+        await all_waiting.wait()  # every child at its model call
+        grown = _rss() - before
+        gate.set()
+        await parent.subsessions.wait_all(ids)
+    return grown / n
+
+
+def memory(base: Path, sizes: list[int]) -> None:
+    for n in sizes:
+        per = {}
+        for which in ("anchor", "subject"):
+            out = subprocess.run(
+                [sys.executable, __file__, "--memory-child", which, str(n), str(base)],
+                check=True, capture_output=True, text=True).stdout
+            per[which] = float(out.split()[-1])
+        print(f"RSS growth per in-flight child at N={n} (a fresh process each): subsessions "
+              f"{per['subject'] / 1024:.1f} KiB, anchor task {per['anchor'] / 1024:.1f} KiB "
+              f"(target <= 4 KiB)")
 
 
 async def run(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="fanout-", dir=args.dir))
-    print(f"fanout: N={args.n}, rounds={args.rounds}, files under {base} "
+    print(f"fanout: sizes {args.sizes}, rounds {args.rounds}, files under {base} "
           f"({'tmpfs' if str(base).startswith('/dev/shm') else 'disk'}), gc.freeze=no, "
-          f"python {sys.version.split()[0]}")
+          f"gc thresholds {gc.get_threshold()}, python {sys.version.split()[0]}")
     others_before = _cpu_of_others()
-    # warm-up: both paths, small
-    await baseline(base / "warm-a", 200, 0.0)
-    await subject(base / "warm-b", 200, 0.0)
-    await subject(base / "warm-c", 200, 0.0, BUDGET)
-    if args.only_budget:
-        await budget_rounds(base, args)
-        print(f"other load during the run: {_cpu_of_others() - others_before:.1f} CPU s")
-        return
-
-    base_times: list[float] = []
-    subj_times: list[float] = []
-    spawns: list[float] = []
-    for r in range(args.rounds):
-        elapsed, _ = await baseline(base / f"a{r}", args.n, 0.0)
-        base_times.append(elapsed)
-        elapsed, spawn_times = await subject(base / f"b{r}", args.n, 0.0)
-        subj_times.append(elapsed)
-        spawns.extend(spawn_times)
-    print(f"baseline (bare asyncio + orjson + own file): {_fmt(base_times, args.n)}")
-    print(f"subsessions (spawn_child + wait_child):      {_fmt(subj_times, args.n)}")
-    print(f"spawn_child on the caller's path: median {statistics.median(spawns) * 1e6:.1f} µs, "
-          f"p99 {sorted(spawns)[int(len(spawns) * 0.99)] * 1e6:.1f} µs (target <= 50 µs median)")
-
-    lat_base: list[float] = []
-    lat_subj: list[float] = []
-    for r in range(args.latency_rounds):  # short phases: more rounds for a stable median
-        elapsed, _ = await baseline(base / f"la{r}", args.latency_n, 0.1)
-        lat_base.append(elapsed)
-        elapsed, _ = await subject(base / f"lb{r}", args.latency_n, 0.1)
-        lat_subj.append(elapsed)
-    lat_ratio = statistics.median(lat_subj) / statistics.median(lat_base)
-    print(f"N={args.latency_n} with 100 ms model latency: baseline median "
-          f"{statistics.median(lat_base) * 1e3:.0f} ms, subsessions median "
-          f"{statistics.median(lat_subj) * 1e3:.0f} ms, wall ratio {lat_ratio:.2f} "
-          f"(target <= 1.3)")
-
-    subject_kib, baseline_kib = await memory_per_child(base, args.n)
+    clock = CollectorClock()
+    for name, warm in (("anchor", anchor), ("equal", equal), ("subject", subject)):
+        await warm(base / f"warm-{name}", 500, 0.0)
+    phases = {"fanout": fan_out, "collect": collecting, "latency": latency, "budget": budgets}
+    for phase in args.phases:
+        if phase == "memory":
+            memory(base, [n for n in args.sizes if n >= 10_000] or args.sizes)
+        else:
+            await phases[phase](base, args, clock)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"memory (tracemalloc, children waiting on the model): {subject_kib:.1f} KiB per "
-          f"child, bare task with its records {baseline_kib:.1f} KiB; peak RSS "
-          f"{peak / 1024:.0f} MiB")
-    await budget_rounds(base, args)
-    print(f"other load during the run: {_cpu_of_others() - others_before:.1f} CPU s")
-    ratio = statistics.median(subj_times) / statistics.median(base_times)
-    print(f"ratio subsessions/baseline at N={args.n}: {ratio:.2f} (target <= 2.0)")
-
-
-async def budget_rounds(base: Path, args: argparse.Namespace) -> None:
-    """The per-child cost of budget accounting: the subject with a budget on every child
-    against the subject without, alternated (which goes first alternates too)."""
-    plain: list[float] = []
-    budgeted: list[float] = []
-    for r in range(args.budget_rounds):
-        order = [(plain, None), (budgeted, BUDGET)]
-        for times, budget in order if r % 2 == 0 else order[::-1]:
-            tag = "q" if budget else "p"
-            gc.collect()  # the last round's 10,000 sessions are not collected on this one's time
-            times.append((await subject(base / f"{tag}{r}", args.n, 0.0, budget))[0])
-    print(f"subsessions, no budget:                      {_fmt(plain, args.n)}")
-    print(f"subsessions, a budget on every child:        {_fmt(budgeted, args.n)}")
-    paired = statistics.median(b / a for a, b in zip(plain, budgeted, strict=True))
-    ratio = statistics.median(budgeted) / statistics.median(plain)
-    print(f"ratio budget/no budget at N={args.n}: {ratio:.3f} (median of the rounds' own "
-          f"ratios {paired:.3f}; gc.collect() before each run; target <= 1.05)")
+    print(f"peak RSS of this process {peak / 1024:.0f} MiB; other load during the run: "
+          f"{_cpu_of_others() - others_before:.1f} CPU s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=10_000)
-    parser.add_argument("--latency-n", type=int, default=1_000)
+    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")],
+                        default=[1_000, 10_000])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--latency-rounds", type=int, default=9)
-    parser.add_argument("--budget-rounds", type=int, default=6)
-    parser.add_argument("--only-budget", action="store_true",
-                        help="only the budget/no-budget comparison")
+    parser.add_argument("--latency-n", type=int, default=1_000)
+    parser.add_argument("--latency-rounds", type=int, default=7)
+    parser.add_argument("--budget-rounds", type=int, default=4)
+    parser.add_argument("--phases", type=lambda s: s.split(","),
+                        default=["fanout", "collect", "latency", "memory", "budget"],
+                        help="any of fanout,collect,latency,memory,budget")
     parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--memory-child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        which, n, base = args.memory_child
+        folder = Path(base) / f"mem-{which}-{n}-{os.getpid()}"
+        print(asyncio.run(held_children(folder, int(n), which)))
+        return
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

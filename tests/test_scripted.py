@@ -32,6 +32,14 @@ async def test_list_script_is_consumed_in_order_then_exhausted() -> None:
         await model.respond(request())
 
 
+async def test_requests_are_kept_unless_asked_not_to() -> None:
+    kept, forgetful = ScriptedModel([["a"]]), ScriptedModel([["a"]], keep_requests=False)
+    req = request()
+    await kept.respond(req)
+    assert (await forgetful.respond(req)).output == (assistant_message("a"),)
+    assert kept.requests == [req] and forgetful.requests == []
+
+
 async def test_empty_script_fails_on_first_request() -> None:
     with pytest.raises(ModelError):
         await ScriptedModel([]).respond(request())

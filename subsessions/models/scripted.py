@@ -31,6 +31,8 @@ class ScriptedModel:
     {...}}` (`call_id` generated when absent, `arguments` a dict or JSON text). A
     response that is an exception instance is raised, to model a failing model;
     `latency` seconds are slept before each answer, to model a slow one.
+    Every request is kept in `requests` for tests to look at; `keep_requests=False`
+    keeps none (a load test of many children must not measure its own double).
 
     Usage: each answer reports an estimate (about four characters a token), or `usage`
     when given; an item `{"type": "usage", "input_tokens": n, "output_tokens": m}` in a
@@ -41,7 +43,7 @@ class ScriptedModel:
 
     def __init__(
         self, script: Iterable[ScriptResponse] | ScriptFunction, *, latency: float = 0.0,
-        usage: TokenUsage | None = None,
+        usage: TokenUsage | None = None, keep_requests: bool = True,
     ) -> None:
         if latency < 0:
             raise ValueError("latency must be >= 0")
@@ -58,13 +60,15 @@ class ScriptedModel:
         self._latency = latency
         self._call_ids = itertools.count(1)
         self.requests: list[ModelRequest] = []
+        self._keep_requests = keep_requests
 
     def __repr__(self) -> str:
         kind = "function" if self._function else f"{len(self._responses) - self._next} left"
         return f"<ScriptedModel {kind} latency={self._latency}>"
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request)
+        if self._keep_requests:
+            self.requests.append(request)
         if self._latency:
             await asyncio.sleep(self._latency)
         raw = await self._script_response(request)
