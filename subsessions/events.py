@@ -90,8 +90,10 @@ class EventHub:
     session_id: str = ""
     parent: EventHub | None = None
     call_id: str | None = None  # the call that spawned this hub's session
-    _handlers: list[EventHandler] = field(factory=list, init=False)
-    _subscribers: list[_Subscriber] = field(factory=list, init=False)
+    # Tuples, replaced on change: listeners come and go seldom, while a hub is made for every
+    # child and kept with its record (an empty tuple is no object for the collector to scan).
+    _handlers: tuple[EventHandler, ...] = field(default=(), init=False)
+    _subscribers: tuple[_Subscriber, ...] = field(default=(), init=False)
     _last_id: str | None = field(default=None, init=False)
     _closed: bool = field(default=False, init=False)
 
@@ -107,11 +109,10 @@ class EventHub:
 
     def on(self, handler: EventHandler) -> Callable[[], None]:
         """Call `handler` with every event; returns the function that unsubscribes it."""
-        self._handlers.append(handler)
+        self._handlers += (handler,)
 
         def off() -> None:
-            if handler in self._handlers:
-                self._handlers.remove(handler)
+            self._handlers = _without(self._handlers, handler)
 
         return off
 
@@ -123,21 +124,20 @@ class EventHub:
         if self._closed:
             subscriber.queue.put_nowait(None)
         else:
-            self._subscribers.append(subscriber)
+            self._subscribers += (subscriber,)
 
     def unsubscribe(self, subscriber: _Subscriber) -> None:
-        if subscriber in self._subscribers:
-            self._subscribers.remove(subscriber)
+        self._subscribers = _without(self._subscribers, subscriber)
         subscriber.queue.put_nowait(None)  # wakes a reader still waiting on it
 
     def close(self) -> None:
         self._closed = True
         for subscriber in self._subscribers:
             subscriber.queue.put_nowait(None)
-        self._subscribers.clear()
+        self._subscribers = ()
 
     def deliver(self, event: SessionEvent) -> None:
-        for handler in list(self._handlers):
+        for handler in self._handlers:
             try:
                 handler(event)
             except Exception:
@@ -149,6 +149,14 @@ class EventHub:
         """A new event id and the previous one of this hub (the new event's `parent_id`)."""
         previous, self._last_id = self._last_id, f"evt_{next(_ids)}"
         return self._last_id, previous
+
+
+def _without(items: tuple[Any, ...], item: object) -> tuple[Any, ...]:
+    """`items` less the first that equals `item` (as `list.remove`, but nothing if absent)."""
+    if item not in items:
+        return items
+    at = items.index(item)
+    return items[:at] + items[at + 1:]
 
 
 def listening(hub: EventHub) -> bool:
