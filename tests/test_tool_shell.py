@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
 import sys
 import time
@@ -13,7 +12,16 @@ from typing import Any
 
 import orjson
 import pytest
-from tools_support import BWRAP_WORKS, Recorder, needs_bwrap, ws
+from tools_support import (
+    BWRAP_WORKS,
+    Recorder,
+    assert_gone,
+    live_pids,
+    marker,
+    needs_bwrap,
+    wait_for_pids,
+    ws,
+)
 
 from subsessions.config import Invocation
 from subsessions.errors import InvalidArguments
@@ -47,56 +55,8 @@ async def run(context: ToolContext, **arguments: Any) -> dict[str, Any]:
     return value
 
 
-def marker() -> str:
-    """A sleep duration no other process uses: its processes can be found by command line."""
-    return f"{random.randint(5000, 9999)}.{random.randint(10**5, 10**6 - 1)}"
-
-
-def live_pids(mark: str) -> list[int]:
-    """Processes (not zombies) whose command line contains `mark`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if mark.encode() in cmdline and state not in ("Z", "X"):
-            found.append(int(entry))
-    return found
-
-
-async def wait_for_pids(mark: str, count: int) -> list[int]:
-    for _ in range(500):
-        pids = live_pids(mark)
-        if len(pids) >= count:
-            return pids
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"expected {count} processes with {mark}, found {live_pids(mark)}")
-
-
 def real(path: Path) -> str:
     return os.path.realpath(path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-async def assert_gone(pids: list[int]) -> None:
-    """Each pid is dead (a zombie waiting for its reaper counts as dead)."""
-    for _ in range(300):
-        alive = [pid for pid in pids if _alive(pid)]
-        if not alive:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"still alive: {alive}")
 
 
 # -- running ------------------------------------------------------------------------------
