@@ -85,6 +85,8 @@ class Member(Caller, Protocol):
     inbox: list[str]
     taking_messages: bool
 
+    async def take_message(self, message: str) -> bool: ...
+
     def tools(self) -> tuple[Tool, ...]: ...
     def usage(self, include_children: bool = False) -> Usage: ...
     def cancel_at_first_step(self) -> None: ...
@@ -408,8 +410,7 @@ class SubsessionManager:
         if not isinstance(message, str) or not message.strip():
             raise InvalidArguments("send_message", "message must be a non-empty string")
         while True:
-            if record.accepting:
-                record.session.inbox.append(message)
+            if record.accepting and await record.session.take_message(message):
                 return "queued"
             if not record.finished.done():  # ending now: the message starts what follows
                 await asyncio.wait((record.finished,))

@@ -21,6 +21,7 @@ from subsessions.config import Hooks, Invocation
 from subsessions.dispatch import call_maybe_async
 from subsessions.errors import ToolNotSupported, UnknownSession, error_text
 from subsessions.events import EventHub, SessionEvent, emit
+from subsessions.models.base import TokenUsage
 from subsessions.ray.wire import Cancel, Event, Request, Room
 from subsessions.runtime import Runtime
 from subsessions.session import Session
@@ -144,11 +145,34 @@ class Answerer:
             return
         if child is None:
             return  # it has ended meanwhile: its stream is closed
+        if event.type == "subagent.usage":
+            _spent(child, event)
+        elif event.type == "assistant.message" and event.session_id == event.child_id:
+            child.last_message = event.data.get("content")
         if event.session_id == event.child_id:
             data = {k: v for k, v in event.data.items() if k != "parent_tool_call_id"}
             emit(child.events, event.type, data)
         else:
             _deliver_up(child.events, event)
+
+
+def _spent(child: Session, event: Event) -> None:
+    """A model call in a remote child's subtree: the child's live usage (what its parent's
+    `list_sessions` shows) and its tree's budget, which the driver's root meter counts."""
+    data = event.data
+    if event.session_id == event.child_id:
+        child.token_usage = TokenUsage(data["input_tokens"], data["output_tokens"])
+        child.turns = data["turns"]
+        child.router.calls = data["tool_calls"]
+    meter = child.root.meter
+    if not meter.active:
+        return
+    limit = meter.limits.max_turns
+    # A call made once the tree's turns were spent wanted more (the shard cannot know).
+    reached = meter.charge(data["last"]["total_tokens"],
+                           limit is not None and meter.turns >= limit)
+    if reached is not None:
+        reached[0].stop(reached[1])
 
 
 def _deliver_up(hub: EventHub, event: Event) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from attrs import frozen
 
+from subsessions.budget import Budget
 from subsessions.config import SessionConfig
 from subsessions.profiles import Profile
 from subsessions.tools import ToolContext
@@ -59,6 +60,8 @@ class ChildSpec:
     root: RootSpec
     relay_events: bool  # someone listens in the driver: send the child's events there
     cancel_first: bool  # cancelled before it was sent: end at its first step
+    budget: Budget | None = None  # its limits as clamped at spawn, less the seconds gone
+    inbox: tuple[str, ...] = ()  # messages sent to it before it was sent here
 
 
 @frozen
@@ -103,7 +106,7 @@ class Cancel:
 class Outcome:
     """How a remote child's task ended, once its ending is in its rollout."""
 
-    state: str  # done | failed
+    state: str  # done | failed | cancelled
     result: str | None
     error: str | None
     input_tokens: int
@@ -111,3 +114,5 @@ class Outcome:
     turns: int
     tool_calls: int
     answered_by: str | None
+    budget_stop: tuple[str, float] | None = None  # failed on a budget: (kind, limit)
+    spent: tuple[int, int] = (0, 0)  # its meter: (turns, tokens, its descendants' included)
