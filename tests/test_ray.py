@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripting import WORKER, Script, Watch, first_prompt, rollout_of, spawn_held, terminals
+from scripting import (
+    WORKER,
+    Script,
+    Watch,
+    first_prompt,
+    rollout_of,
+    spawn_held,
+    terminals,
+    tokens,
+)
 
 from subsessions import (
     ChildFailed,
@@ -160,6 +169,51 @@ async def test_remote_events_reach_the_parent_with_the_spawning_call(
     [usage] = [e.data for e in mine if e.type == "subagent.usage"]  # the live meter travels
     assert usage["remote_session_id"] == cid and usage["turns"] == 1
     assert [e.type for e in watch.endings(cid)] == ["subagent.completed"]
+
+
+async def test_a_running_remote_childs_listing_shows_its_usage_and_last_message_so_far(
+    engine: Engine, script: Script
+) -> None:
+    second = asyncio.Event()
+    gate: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    async def step(request: Any) -> Any:
+        if len(script.seen["step"]) == 1:
+            return ["half way", {"type": "function_call", "name": "noop", "arguments": {}},
+                    tokens(30, 12)]
+        second.set()
+        return await gate
+
+    script.handlers["step"] = step
+    noop = Tool("noop", "does nothing", ONE_TOOL, lambda arguments, invocation: "ok")
+    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,), tools=(noop,)))
+    manager = parent.subsessions
+    cid = await manager.spawn_child("worker", "step")
+    await asyncio.wait_for(second.wait(), 30)  # what it sent before this call has been seen
+    [listed] = [info.listing() for info in manager.children()]
+    assert listed["status"] == "running" and listed["last_message"] == "half way"
+    assert {k: listed["usage"][k] for k in ("input_tokens", "output_tokens", "total_tokens",
+                                             "turns")} == {"input_tokens": 30,
+                                                           "output_tokens": 12,
+                                                           "total_tokens": 42, "turns": 1}
+    gate.set_result(["all done", tokens(1, 1)])
+    assert await manager.wait_child(cid) == "all done"
+    assert manager.info(cid).usage.as_dict() == {
+        "input_tokens": 31, "output_tokens": 13, "total_tokens": 44, "turns": 2,
+        "tool_calls": 1}
+
+
+async def test_a_message_sent_before_a_shard_took_the_child_is_read_there(
+    engine: Engine, script: Script
+) -> None:
+    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+    manager = parent.subsessions
+    cid = await manager.spawn_child("worker", "first")  # the shards are still starting
+    assert await manager.send_message(cid, "and then this") == "queued"
+    assert await manager.wait_child(cid) == "answer to first"
+    [request] = script.seen["first"]
+    texts = [i["content"][0]["text"] for i in request.items if i.get("role") == "user"]
+    assert texts == ["first", "and then this"]
 
 
 async def test_losing_a_node_fails_its_children_once_and_the_engine_goes_on(

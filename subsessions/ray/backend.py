@@ -286,8 +286,10 @@ def _spec(child: Session, prompt: str, elsewhere: int) -> ChildSpec:
         ),
         relay_events=listening(child.events),
         cancel_first=child.cancel_requested,
-        budget=None if child.budget is None else child.meter.left(),
+        budget=child.budget,  # its clock starts on the shard (starting shards is not its time)
         inbox=tuple(child.inbox),
+        tree_budget=parent.root.budget,
+        tree_spent=(parent.root.meter.turns, parent.root.meter.tokens),
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from attrs import define, evolve, field
 
+from subsessions.budget import Budget
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.dispatch import Dispatcher
 from subsessions.errors import (
@@ -27,6 +28,7 @@ from subsessions.errors import (
     error_text,
 )
 from subsessions.events import SessionEvent
+from subsessions.meter import Meter
 from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import LoadedProfile
@@ -119,6 +121,14 @@ class ShardChild(Session):
             running.cancel()
         else:  # not begun (or ended): its first line ends it, its `finally` writes that
             self.cancel_at_first_step()
+
+    def count_in_tree(self, limits: Budget, turns: int, tokens: int) -> None:
+        """Count what it spends against its tree's limits too, from what the tree had spent
+        at its spawn: a limit reached is named as in process (the highest). The driver's
+        meter of the tree, told each model call, stops the rest of the tree."""
+        share = Meter(limits, self.meter.parent, alarms=self.tree.alarms)
+        share.turns, share.tokens = turns, tokens
+        self.meter = Meter(self.meter.limits, share, self.stop_for_budget, self.tree.alarms)
 
     def claim_budget_stop(self, error: BudgetExhausted) -> None:
         if not self.stopped:
@@ -291,6 +301,8 @@ class Shard:
                            resumed=(spec.session_id, spec.rollout_path),
                            tool_context=spec.tool_context, budget=spec.budget)
         child.started_at = spec.started_at
+        if spec.tree_budget is not None:
+            child.count_in_tree(spec.tree_budget, *spec.tree_spent)
         child.inbox.extend(spec.inbox)
         # Usage always goes to the driver (its listing, its tree's budget); the rest only
         # when someone listens there.

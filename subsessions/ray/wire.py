@@ -60,7 +60,9 @@ class ChildSpec:
     root: RootSpec
     relay_events: bool  # someone listens in the driver: send the child's events there
     cancel_first: bool  # cancelled before it was sent: end at its first step
-    budget: Budget | None = None  # its limits as clamped at spawn, less the seconds gone
+    budget: Budget | None = None  # its limits as clamped at spawn
+    tree_budget: Budget | None = None  # its tree's limits (None: none)...
+    tree_spent: tuple[int, int] = (0, 0)  # ...and what the tree had spent: (turns, tokens)
     inbox: tuple[str, ...] = ()  # messages sent to it before it was sent here
 
 
