@@ -84,6 +84,7 @@ class Member(Caller, Protocol):
     def budget(self) -> Budget | None: ...
     inbox: list[str]
     taking_messages: bool
+    elsewhere: dict[str, Usage]  # usage of descendants run by another process (Ray)
 
     async def take_message(self, message: str) -> bool: ...
 

@@ -119,6 +119,7 @@ class Session:
         self.forked_from: str | None = None
         self.resume_report: str | None = None  # what resuming or forking read and skipped
         self.turns = 0
+        self.elsewhere: dict[str, Usage] = {}  # descendants run by another process, by id
 
     def __repr__(self) -> str:
         kind = f"child of {self.parent.session_id} depth={self.depth}" if self.parent else "top"
@@ -208,7 +209,9 @@ class Session:
         )
         if not include_children:
             return own
-        return Usage.total([own, *(s.usage() for s in self.subsessions.tree())])
+        tree = self.subsessions.tree()
+        return Usage.total([own, *(s.usage() for s in tree), *self.elsewhere.values(),
+                            *(u for s in tree for u in s.elsewhere.values())])
 
     # -- listeners and host answers ---------------------------------------------------------
     def on(self, handler: EventHandler) -> Callable[[], None]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_openai import fake_openai
 from scripting import (
     WORKER,
     Script,
@@ -42,6 +43,7 @@ from subsessions import (
 from subsessions.rollouts.reader import find_rollout, read_rollout
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")
+__all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
 
 ONE_TOOL = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -387,3 +389,52 @@ async def test_a_child_cancelled_before_a_shard_took_it_ends_once_as_cancelled(
         assert parent.subsessions.status(cid) is ChildStatus.CANCELLED
     assert terminals(rollout_of(home, cid)) == [{"type": "turn_aborted", "reason": "cancelled"}]
     assert script.seen["too late"] == []  # its model was never asked
+
+
+async def test_run_with_ray_auto_runs_the_child_on_a_shard_of_the_running_cluster(
+    fake_openai: Any, tmp_path: Path, ray_cluster: Any
+) -> None:
+    """`subsessions run --ray auto` as a user runs it: a process that joins the cluster
+    named by RAY_ADDRESS, whose shard builds its own client to the (loopback) provider
+    from the run's settings."""
+    import json
+
+    from fake_openai import call, calls, text
+    from openai_support import TIMEOUT, cli_env, rollouts, tool_outputs
+
+    def script(request: Any) -> Any:
+        if "You are a worker." in json.dumps(request.body):
+            return text("42, from a shard")
+        done = tool_outputs(request)
+        if not done:
+            return calls(call("create_session", {"session_type": "worker", "prompt": "6 * 7?"}))
+        if len(done) == 1:
+            child = json.loads(done[0])["session_id"]
+            return calls(call("wait_session", {"session_id": child, "timeout_ms": 20_000}))
+        return text("The answer is " + json.loads(done[1])["result"])
+
+    fake_openai.script = script
+    home = tmp_path / "home"
+    (home / "profiles").mkdir(parents=True)
+    (home / "profiles" / "worker.toml").write_text(
+        'name = "worker"\ndescription = "works"\ndeveloper_instructions = "You are a worker."\n')
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "subsessions", "run", "--home", str(home), "--base-url",
+        fake_openai.base_url, "--ray", "auto", "What is 6 * 7?", cwd=tmp_path,
+        env={**cli_env(), "RAY_ADDRESS": ray_cluster.address},
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 3 * TIMEOUT)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, err.decode()
+    # Ray's driver prints the cluster's errors (a node another test removed) to stdout too,
+    # before the answer: a known shortcoming, reported to the lead
+    assert out.decode().splitlines()[-1] == "The answer is 42, from a shard"
+    found = rollouts(home)
+    assert len(found) == 2
+    [child] = [r for r in found.values() if r[0]["payload"]["source"] != "cli"]
+    assert child[0]["payload"]["session_type"] == "worker"

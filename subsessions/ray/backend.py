@@ -135,6 +135,9 @@ class RayBackend:
         finally:
             child.mailbox = None
             child.taking_messages = False
+            # children spawned here under it (the API) end with its task, as in process
+            if child.subsessions.has_children:
+                await child.subsessions.abort_all_children(child.budget_stop)
             child.task_ended()
         child.token_usage = TokenUsage(outcome.input_tokens, outcome.output_tokens)
         child.turns = outcome.turns

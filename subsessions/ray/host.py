@@ -25,6 +25,7 @@ from subsessions.models.base import TokenUsage
 from subsessions.ray.wire import Cancel, Event, Request, Room
 from subsessions.runtime import Runtime
 from subsessions.session import Session
+from subsessions.usage import Usage
 
 log = logging.getLogger("subsessions")
 HOOK_NAMES = tuple(f.name for f in fields(Hooks))
@@ -164,6 +165,9 @@ def _spent(child: Session, event: Event) -> None:
         child.token_usage = TokenUsage(data["input_tokens"], data["output_tokens"])
         child.turns = data["turns"]
         child.router.calls = data["tool_calls"]
+    else:  # one of its own children (or theirs): its parent's roll-up counts it
+        child.elsewhere[event.session_id] = Usage(data["input_tokens"], data["output_tokens"],
+                                                  data["tool_calls"], data["turns"])
     meter = child.root.meter
     if not meter.active:
         return
