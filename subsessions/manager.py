@@ -165,7 +165,7 @@ class SubsessionManager:
                 derived = self._child_configs[profile] = self._child_config(profile)
             chosen, config = derived
         tree = parent.tree
-        tree.check_room(parent.depth)
+        await tree.admit(parent.depth)
         call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name a spawning call
         if not parent.is_child:  # a top-level rollout starts with its first task or child
             parent.write_meta()

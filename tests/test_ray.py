@@ -22,6 +22,7 @@ from scripting import (
     Script,
     Watch,
     first_prompt,
+    outputs,
     rollout_of,
     spawn_held,
     terminals,
@@ -34,6 +35,7 @@ from subsessions import (
     ConfigError,
     Engine,
     Hooks,
+    Profile,
     RayBackend,
     ScriptedModel,
     Session,
@@ -438,3 +440,36 @@ async def test_run_with_ray_auto_runs_the_child_on_a_shard_of_the_running_cluste
     assert len(found) == 2
     [child] = [r for r in found.values() if r[0]["payload"]["source"] != "cli"]
     assert child[0]["payload"]["session_type"] == "worker"
+
+
+async def test_grandchildren_starting_on_two_shards_never_overshoot_the_trees_limit(
+    engine: Engine, script: Script
+) -> None:
+    """Two remote children on two shards each spawn two grandchildren at once, with room
+    for one more in the tree: the driver admits each start, so exactly one is started."""
+    both = asyncio.Event()
+    nester = Profile(name="nester")
+
+    async def spawns_two(request: Any) -> Any:
+        if len(script.seen[first_prompt(request)]) > 1:
+            return ["spawned"]
+        if len(script.seen["a"]) and len(script.seen["b"]):
+            both.set()
+        await asyncio.wait_for(both.wait(), 30)
+        return [{"type": "function_call", "name": "create_session",
+                 "arguments": {"session_type": "nester", "prompt": f"g{n}"}} for n in (1, 2)]
+
+    script.handlers["a"] = script.handlers["b"] = spawns_two
+    for n in (1, 2):
+        script.hold(f"g{n}")
+    parent = await engine.create_session(SessionConfig(custom_agents=(nester,),
+                                                       max_depth=2, max_children=3))
+    manager = parent.subsessions
+    kids = [await manager.spawn_child("nester", p) for p in ("a", "b")]
+    await script.started("a", "b")
+    pool = _backend(engine).pool
+    assert pool is not None and [s.load for s in pool.shards] == [1, 1]  # one on each shard
+    await asyncio.gather(*(manager.wait_child(c, timeout=60) for c in kids))
+    outs = [o for p in ("a", "b") for o in outputs(script.seen[p][1])]
+    refused = [o for o in outs if "sub-session limit reached (max_children=3)" in o["output"]]
+    assert (len(outs), len(refused)) == (4, 3)  # one started: 2 children + 1 = the limit

@@ -129,7 +129,7 @@ class RayBackend:
                 await task.run(child, prompt, True)
                 raise
             assert child.parent is not None
-            spec = _spec(child, prompt, pool.answerer.elsewhere(shard, child.parent))
+            spec = _spec(child, prompt)
             child.inbox.clear()  # they travel in the spec
             outcome = await self._run_on(shard, spec, child)
         finally:
@@ -259,7 +259,7 @@ async def _send(shard: ShardRef, session_id: str, message: str) -> bool:
     return accepted
 
 
-def _spec(child: Session, prompt: str, elsewhere: int) -> ChildSpec:
+def _spec(child: Session, prompt: str) -> ChildSpec:
     parent = child.parent
     assert parent is not None
     root = parent.config
@@ -285,7 +285,7 @@ def _spec(child: Session, prompt: str, elsewhere: int) -> ChildSpec:
             hooks=tuple(n for n in host.HOOK_NAMES if getattr(hooks, n, None) is not None),
             permission_handler=root.permission_handler is not None,
             user_input_handler=root.user_input_handler is not None,
-            notify_on_child_end=root.notify_on_child_end, running=elsewhere,
+            notify_on_child_end=root.notify_on_child_end,
         ),
         relay_events=listening(child.events),
         cancel_first=child.cancel_requested,

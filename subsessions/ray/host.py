@@ -19,7 +19,7 @@ from attrs import define, field, fields
 from subsessions.clock import clock
 from subsessions.config import Hooks, Invocation
 from subsessions.dispatch import call_maybe_async
-from subsessions.errors import ToolNotSupported, UnknownSession, error_text
+from subsessions.errors import SubsessionError, ToolNotSupported, UnknownSession, error_text
 from subsessions.events import EventHub, SessionEvent, emit
 from subsessions.models.base import TokenUsage
 from subsessions.ray.wire import Cancel, Event, Request, Room
@@ -46,15 +46,13 @@ class Answerer:
     # descendants running on a shard, by (shard, root): counted in the root's tree
     _rooms: dict[tuple[int, str], int] = field(factory=dict)
 
-    def elsewhere(self, shard: Replier, root: Session) -> int:
-        """The root's running children that are not counted on `shard` already."""
-        return root.tree.running - self._rooms.get((shard.index, root.session_id), 0)
-
     def receive(self, shard: Replier, message: Request | Event | Cancel | Room) -> None:
         if isinstance(message, Event):
             self._forward(message)
         elif isinstance(message, Room):
             self._room(shard.index, message.root_id, message.delta)
+        elif isinstance(message, Request) and message.kind == "room":
+            self._admit(shard, message)
         elif isinstance(message, Request):
             key = (shard.index, message.request_id)
             call = asyncio.get_running_loop().create_task(
@@ -75,6 +73,18 @@ class Answerer:
         for (index, root_id), count in list(self._rooms.items()):
             if index == shard.index:
                 self._room(index, root_id, -count)
+
+    def _admit(self, shard: Replier, request: Request) -> None:
+        """A descendant is about to start on a shard: the tree's limit is checked and it is
+        counted here, at once, so children starting on two shards never overshoot it."""
+        try:
+            root, _ = self.runtime.dispatcher.resolve_session(request.root_id)
+            root.tree.check_running()
+        except SubsessionError as exc:
+            shard.actor.answer.remote(request.request_id, False, error_text(exc))
+            return
+        self._room(shard.index, request.root_id, 1)
+        shard.actor.answer.remote(request.request_id, True, None)
 
     def _room(self, index: int, root_id: str, delta: int) -> None:
         key = (index, root_id)

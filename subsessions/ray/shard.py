@@ -22,8 +22,6 @@ from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.dispatch import Dispatcher
 from subsessions.errors import (
     BudgetExhausted,
-    ChildLimitReached,
-    DepthLimitReached,
     RolloutError,
     error_text,
 )
@@ -46,22 +44,33 @@ METERED = ("subagent.usage", "assistant.message")  # always sent: the driver's l
 
 @define(eq=False)
 class ShardTree(SessionTree):
-    """A tree's share on this shard: its limits count the children running elsewhere (as of
-    the last spawn from the driver) and report the ones started here to the driver."""
+    """A tree's share on this shard. The tree's running count is the driver's: a child
+    starting here is admitted there first (and counted at once), one ending is reported."""
 
     channel: Channel = field(kw_only=True)
     root_id: str = field(kw_only=True)
-    elsewhere: int = field(default=0, kw_only=True)
+    _admitted: int = field(default=0, init=False)  # counted by the driver, not started yet
 
-    def check_room(self, parent_depth: int) -> None:
-        if parent_depth >= self.max_depth:
-            raise DepthLimitReached(self.max_depth)
-        if self.elsewhere + self.running >= self.max_children:
-            raise ChildLimitReached(self.max_children)
+    async def admit(self, parent_depth: int) -> None:
+        self.check_room(parent_depth)  # the depth, and what this shard alone runs
+        asked = asyncio.ensure_future(self.channel.ask(self.root_id, "room", ""))
+        try:
+            await asyncio.shield(asked)
+        except asyncio.CancelledError:  # the driver may count it: not once it has answered
+            asked.add_done_callback(self._unadmit)
+            raise
+        self._admitted += 1
+
+    def _unadmit(self, asked: asyncio.Future[Any]) -> None:
+        if not asked.cancelled() and asked.exception() is None:
+            self.channel.send(Room(self.root_id, -1))
 
     def child_started(self) -> None:
         super().child_started()
-        self.channel.send(Room(self.root_id, 1))
+        if self._admitted:
+            self._admitted -= 1
+        else:  # a follow-up (send_message), checked against this shard's count only
+            self.channel.send(Room(self.root_id, 1))
 
     def child_ended(self) -> None:
         super().child_ended()
@@ -260,8 +269,6 @@ class Shard:
         known = self._roots.get(root.session_id)
         if known is not None:
             self._roots[root.session_id] = (known[0], known[1] + 1)
-            assert isinstance(known[0].tree, ShardTree)
-            known[0].tree.elsewhere = root.running
             return known[0]
         ask = self._channel.ask
         hooks = Hooks(**{name: partial(ask, root.session_id, "hook", name)
@@ -278,7 +285,7 @@ class Shard:
         # It writes nothing (the driver's session has the rollout): it never runs a task.
         stand_in = Session(self._runtime, config, resumed=(root.session_id, os.devnull))
         stand_in.tree = ShardTree(config, self._runtime.profiles, channel=self._channel,
-                                  root_id=root.session_id, elsewhere=root.running)
+                                  root_id=root.session_id)
         if relay:
             stand_in.on(partial(self._relay_own, root.session_id))
         self._runtime.dispatcher.register(stand_in)

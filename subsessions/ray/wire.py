@@ -40,7 +40,6 @@ class RootSpec:
     permission_handler: bool
     user_input_handler: bool
     notify_on_child_end: bool
-    running: int  # children running in the tree but not on this shard, at the spawn
 
 
 @frozen
