@@ -84,6 +84,9 @@ class Member(Caller, Protocol):
     def budget(self) -> Budget | None: ...
     inbox: list[str]
     taking_messages: bool
+    elsewhere: dict[str, Usage]  # usage of descendants run by another process (Ray)
+
+    async def take_message(self, message: str) -> bool: ...
 
     def tools(self) -> tuple[Tool, ...]: ...
     def usage(self, include_children: bool = False) -> Usage: ...
@@ -162,7 +165,7 @@ class SubsessionManager:
                 derived = self._child_configs[profile] = self._child_config(profile)
             chosen, config = derived
         tree = parent.tree
-        tree.check_room(parent.depth)
+        await tree.admit(parent.depth)
         call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name a spawning call
         if not parent.is_child:  # a top-level rollout starts with its first task or child
             parent.write_meta()
@@ -408,8 +411,7 @@ class SubsessionManager:
         if not isinstance(message, str) or not message.strip():
             raise InvalidArguments("send_message", "message must be a non-empty string")
         while True:
-            if record.accepting:
-                record.session.inbox.append(message)
+            if record.accepting and await record.session.take_message(message):
                 return "queued"
             if not record.finished.done():  # ending now: the message starts what follows
                 await asyncio.wait((record.finished,))

@@ -10,7 +10,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -101,6 +101,7 @@ class Session:
         self.last_message: str | None = None  # its last assistant message so far
         self.inbox: list[str] = []  # messages sent while it runs, read before its next call
         self.taking_messages = parent is not None  # a queued child reads its inbox first
+        self.mailbox: Callable[[str], Awaitable[bool]] | None = None  # a remote task's inbox
         self._task: asyncio.Task[object] | None = None  # its running task
         self._begun = False  # its current task has run its first line
         self.started_at = time.time()
@@ -128,6 +129,7 @@ class Session:
         self.forked_from: str | None = None
         self.resume_report: str | None = None  # what resuming or forking read and skipped
         self.turns = 0
+        self.elsewhere: dict[str, Usage] = {}  # descendants run by another process, by id
 
     def __repr__(self) -> str:
         kind = f"child of {self.parent.session_id} depth={self.depth}" if self.parent else "top"
@@ -217,7 +219,9 @@ class Session:
         )
         if not include_children:
             return own
-        return Usage.total([own, *(s.usage() for s in self.subsessions.tree())])
+        tree = self.subsessions.tree()
+        return Usage.total([own, *(s.usage() for s in tree), *self.elsewhere.values(),
+                            *(u for s in tree for u in s.elsewhere.values())])
 
     # -- listeners and host answers ---------------------------------------------------------
     def on(self, handler: EventHandler) -> Callable[[], None]:
@@ -334,6 +338,14 @@ class Session:
                 self.budget_stop is None):
             self.budget_stop = error
             running.cancel()
+    async def take_message(self, message: str) -> bool:
+        """A message for its running task, read before its next model call; False when the
+        task will not read it any more (a task running elsewhere says so)."""
+        if self.mailbox is not None:
+            return await self.mailbox(message)
+        self.inbox.append(message)
+        return True
+
     def cancel_at_first_step(self) -> None:
         """A cancel for a task not started yet: delivered at its first line, so the task's
         own `finally` writes its ending."""

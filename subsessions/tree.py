@@ -63,6 +63,10 @@ class SessionTree:
         if self._running >= self.max_children:
             raise ChildLimitReached(self.max_children)
 
+    async def admit(self, parent_depth: int) -> None:
+        """`check_room`, where a tree shared with another process asks the one counting it."""
+        self.check_room(parent_depth)
+
     def check_running(self) -> None:
         """Refuse one more running child beyond the tree's running limit."""
         if self._running >= self.max_children:

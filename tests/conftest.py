@@ -50,6 +50,19 @@ def ray_cluster() -> Iterator[Any]:
         cluster.shutdown()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked `in_process` runs on the in-process backend only: what it looks at is
+    not there on Ray (a remote child's own sessions live on its shard), or it would only
+    repeat another test's Ray run (the Ray part of the suite must stay short)."""
+    dropped = [item for item in items if item.get_closest_marker("in_process") is not None
+               and getattr(item, "callspec", None) is not None
+               and item.callspec.params.get("backend") == "ray"]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(map(id, dropped))
+        items[:] = [item for item in items if id(item) not in gone]
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Any:
     """Where children of top-level sessions run: here, or on two shards of the cluster."""

@@ -108,10 +108,10 @@ def test_a_profile_carries_a_budget_table() -> None:
 
 # -- one child's limits -----------------------------------------------------------------------
 async def test_a_child_that_spends_its_tokens_stops_before_its_next_tool_call(
-    home: Path, script: Script
+    home: Path, script: Script, backend: Any
 ) -> None:
     script.handlers["job"] = busy(60)
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         parent = await engine.create_session(config())
         manager = parent.subsessions
         cid = await manager.spawn_child("worker", "job", budget=Budget(max_tokens=100))
@@ -132,12 +132,12 @@ async def test_a_child_that_spends_its_tokens_stops_before_its_next_tool_call(
 
 
 async def test_a_child_out_of_turns_stops_but_one_that_answers_on_its_last_turn_completes(
-    home: Path, script: Script
+    home: Path, script: Script, backend: Any
 ) -> None:
     script.handlers["loops"] = busy(1)
     script.handlers["answers"] = lambda r: (
         ["done"] if len(script.seen["answers"]) == 2 else [call("noop")])
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         parent = await engine.create_session(config())
         manager = parent.subsessions
         loops = await manager.spawn_child("worker", "loops", budget=Budget(max_turns=2))
@@ -150,10 +150,10 @@ async def test_a_child_out_of_turns_stops_but_one_that_answers_on_its_last_turn_
 
 
 async def test_the_clock_cancels_a_child_in_the_middle_of_its_model_call(
-    home: Path, script: Script
+    home: Path, script: Script, backend: Any
 ) -> None:
     script.hold("slow")
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         parent = await engine.create_session(config())
         manager = parent.subsessions
         cid = await manager.spawn_child("worker", "slow", budget=Budget(max_seconds=0.2))
@@ -217,7 +217,7 @@ async def test_a_grandchilds_tokens_count_against_its_parent_and_stop_both(
 
 
 async def test_a_childs_turns_are_clamped_to_what_its_parent_has_left(
-    home: Path, script: Script
+    home: Path, script: Script, backend: Any
 ) -> None:
     script.handlers["minion"] = busy(1)
     script.play("boss", [
@@ -225,7 +225,7 @@ async def test_a_childs_turns_are_clamped_to_what_its_parent_has_left(
         lambda outs: [wait(spawned(outs))],
         lambda outs: ["boss done"],
     ])
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         parent = await engine.create_session(config())
         manager = parent.subsessions
         boss = await manager.spawn_child("worker", "boss", budget=Budget(max_turns=3))
@@ -239,7 +239,7 @@ async def test_a_childs_turns_are_clamped_to_what_its_parent_has_left(
 
 # -- the tree's budget ------------------------------------------------------------------------
 async def test_when_the_trees_budget_is_spent_every_session_of_it_ends_budget_limited(
-    home: Path, script: Script
+    home: Path, script: Script, backend: Any
 ) -> None:
     script.hold("a")
     script.handlers["b"] = busy(600)
@@ -248,7 +248,7 @@ async def test_when_the_trees_budget_is_spent_every_session_of_it_ends_budget_li
         lambda outs: [call("wait_sessions", session_ids=[spawned(outs, 0), spawned(outs, 1)],
                            mode="all", timeout_ms=60_000), tokens(50)],
     ])
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         root = await engine.create_session(config(budget=Budget(max_tokens=500)))
         with pytest.raises(BudgetExhausted) as raised:
             await root.send_and_wait(PARENT_PROMPT)
@@ -264,9 +264,11 @@ async def test_when_the_trees_budget_is_spent_every_session_of_it_ends_budget_li
         assert terminals(rollout_of(home, session_id))[-1] == limited("tokens", "500")
 
 
-async def test_the_trees_clock_ends_children_of_an_idle_root(home: Path, script: Script) -> None:
+async def test_the_trees_clock_ends_children_of_an_idle_root(
+    home: Path, script: Script, backend: Any
+) -> None:
     script.hold("forever")
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         root = await engine.create_session(config(budget=Budget(max_seconds=0.3)))
         cid = await root.subsessions.spawn_child("worker", "forever")
         with pytest.raises(ChildFailed, match=r"seconds limit 0\.3 reached"):
@@ -275,11 +277,11 @@ async def test_the_trees_clock_ends_children_of_an_idle_root(home: Path, script:
 
 
 async def test_a_root_without_a_budget_gives_children_only_their_own(
-    home: Path, script: Script
+    home: Path, script: Script, backend: Any
 ) -> None:
     capped = Profile(name="capped", budget=Budget(max_tokens=70))
     script.handlers["job"] = busy(40)
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         root = await engine.create_session(SessionConfig(custom_agents=(capped,), tools=(NOOP,)))
         assert root.budget is None
         cid = await root.subsessions.spawn_child("capped", "job", budget=Budget(max_tokens=500))
@@ -299,7 +301,7 @@ async def test_spawn_child_refuses_a_budget_that_is_not_one(home: Path, script: 
 # -- a budget and a cancel racing ---------------------------------------------------------------
 @pytest.mark.parametrize("delay", range(8))
 async def test_a_budget_and_a_cancel_racing_give_exactly_one_ending(
-    home: Path, script: Script, delay: int
+    home: Path, script: Script, delay: int, backend: Any
 ) -> None:
     """The model calls that spend the budget return while the parent cancels, the cancel
     coming `delay` loop steps after the calls were let go: whichever comes first is the one
@@ -312,7 +314,7 @@ async def test_a_budget_and_a_cancel_racing_give_exactly_one_ending(
 
     for n in range(4):
         script.handlers[f"job {n}"] = spender
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         root = await engine.create_session(config())
         manager = root.subsessions
         ids = [await manager.spawn_child("worker", f"job {n}", budget=Budget(max_tokens=10))
@@ -384,7 +386,9 @@ def test_a_profile_run_top_level_gives_its_budget_to_the_tree() -> None:
     assert child.budget == Budget(max_turns=3)  # a child's own: clamped at spawn
 
 
-async def test_the_clock_cancels_a_tool_in_flight(home: Path, script: Script) -> None:
+async def test_the_clock_cancels_a_tool_in_flight(
+    home: Path, script: Script, backend: Any
+) -> None:
     running = asyncio.Event()
     cancelled: list[str] = []
 
@@ -399,7 +403,7 @@ async def test_the_clock_cancels_a_tool_in_flight(home: Path, script: Script) ->
 
     script.handlers["job"] = lambda r: ["calling the slow tool", call("slow")]
     tools = (Tool("slow", "Takes an hour.", handler=slow),)
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         root = await engine.create_session(SessionConfig(custom_agents=(WORKER,), tools=tools))
         cid = await root.subsessions.spawn_child("worker", "job",
                                                  budget=Budget(max_seconds=0.3))
@@ -411,10 +415,10 @@ async def test_the_clock_cancels_a_tool_in_flight(home: Path, script: Script) ->
 
 
 async def test_a_spent_tree_refuses_the_roots_first_task_without_a_model_call(
-    home: Path, script: Script
+    home: Path, script: Script, backend: Any
 ) -> None:
     script.handlers["spender"] = busy(100)
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         root = await engine.create_session(config(budget=Budget(max_tokens=50)))
         cid = await root.subsessions.spawn_child("worker", "spender")
         with pytest.raises(ChildFailed, match="tokens limit 50 reached"):

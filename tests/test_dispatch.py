@@ -53,6 +53,12 @@ PARAMS = {
 HELPER = Profile(name="helper", developer_instructions="HELPER", tools=["save_result"])
 
 
+# Why some tests run in process only (tests/conftest.py `in_process`):
+GRAND = "it looks at a grandchild's Session, which lives on its parent's shard on Ray"
+SAME = "the router's own check, the same code on a shard (test_ray covers its dispatch)"
+TOP = "no child: nothing runs on a shard"
+
+
 def not_supported(name: str) -> str:
     return f"Tool '{name}' is not supported by this client instance."
 
@@ -227,8 +233,8 @@ def handlers() -> Handlers:
 
 
 @pytest.fixture
-async def engine(home: Path, model: Model) -> AsyncIterator[Engine]:
-    async with Engine(home, model_client=Client(model.client)) as engine:
+async def engine(home: Path, model: Model, backend: Any) -> AsyncIterator[Engine]:
+    async with Engine(home, model_client=Client(model.client), backend=backend) as engine:
         yield engine
 
 
@@ -242,6 +248,7 @@ def session_of(parent: Session, session_id: str) -> Session:
 
 
 # -- resolve_session ----------------------------------------------------------------------
+@pytest.mark.in_process(TOP)
 async def test_resolve_a_registered_session_is_itself(engine: Engine) -> None:
     parent = await root(engine)
     found, is_child = engine.resolve_session(parent.session_id)
@@ -274,6 +281,7 @@ async def test_resolve_a_grandchild_is_the_top_level_session(
     assert is_child is True
 
 
+@pytest.mark.in_process(TOP)
 async def test_resolve_an_unknown_session_fails_with_its_id(engine: Engine) -> None:
     await root(engine)
     stranger = new_session_id()
@@ -363,6 +371,7 @@ async def test_empty_allowlist_offers_nothing_and_refuses_every_tool(
     assert parent.subsessions.tree() == [session_of(parent, cid)]  # nothing was spawned
 
 
+@pytest.mark.in_process(SAME)
 @pytest.mark.parametrize("allowlist", [None, ["alpha"], []], ids=["none", "list", "empty"])
 async def test_the_empty_tool_name_is_not_supported(
     engine: Engine, model: Model, handlers: Handlers, allowlist: list[str] | None
@@ -379,6 +388,7 @@ async def test_the_empty_tool_name_is_not_supported(
     assert handlers.calls == []
 
 
+@pytest.mark.in_process(TOP)
 async def test_the_empty_tool_name_is_not_supported_for_a_top_level_session(
     engine: Engine, model: Model, handlers: Handlers
 ) -> None:
@@ -389,6 +399,7 @@ async def test_the_empty_tool_name_is_not_supported_for_a_top_level_session(
     assert handlers.calls == []
 
 
+@pytest.mark.in_process(SAME)
 @pytest.mark.parametrize("allowlist", [None, ["alpha", "nowhere"]], ids=["none", "list"])
 async def test_a_tool_nobody_registered_is_not_supported(
     engine: Engine, model: Model, handlers: Handlers, allowlist: list[str] | None
@@ -418,6 +429,7 @@ async def test_the_handler_is_told_which_child_and_agent_called(
     )
 
 
+@pytest.mark.in_process(TOP)
 async def test_a_top_level_call_has_no_agent_name(
     engine: Engine, model: Model, handlers: Handlers
 ) -> None:
@@ -891,6 +903,7 @@ async def test_a_hook_that_raises_is_ignored(
     assert len(log.inputs["on_pre_tool_use"]) == len(log.inputs["on_post_tool_use"]) == 1
 
 
+@pytest.mark.in_process(GRAND)
 async def test_tool_hooks_fire_for_a_grandchilds_call_with_the_grandchilds_id(
     engine: Engine, model: Model, handlers: Handlers
 ) -> None:
@@ -1203,6 +1216,7 @@ async def test_child_events_reach_the_parents_stream_nested_under_the_spawning_c
     assert types.index("subagent.completed") > stream.events.index(from_child[-1])
 
 
+@pytest.mark.in_process(GRAND)
 async def test_grandchild_events_reach_the_root_nested_under_their_own_spawning_call(
     engine: Engine, model: Model, stream_of: Any
 ) -> None:

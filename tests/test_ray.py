@@ -16,7 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripting import WORKER, Script, Watch, first_prompt, rollout_of, spawn_held, terminals
+from fake_openai import fake_openai
+from scripting import (
+    WORKER,
+    Script,
+    Watch,
+    first_prompt,
+    outputs,
+    rollout_of,
+    spawn_held,
+    terminals,
+    tokens,
+)
 
 from subsessions import (
     ChildFailed,
@@ -24,6 +35,7 @@ from subsessions import (
     ConfigError,
     Engine,
     Hooks,
+    Profile,
     RayBackend,
     ScriptedModel,
     Session,
@@ -33,6 +45,7 @@ from subsessions import (
 from subsessions.rollouts.reader import find_rollout, read_rollout
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")
+__all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
 
 ONE_TOOL = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -160,6 +173,51 @@ async def test_remote_events_reach_the_parent_with_the_spawning_call(
     [usage] = [e.data for e in mine if e.type == "subagent.usage"]  # the live meter travels
     assert usage["remote_session_id"] == cid and usage["turns"] == 1
     assert [e.type for e in watch.endings(cid)] == ["subagent.completed"]
+
+
+async def test_a_running_remote_childs_listing_shows_its_usage_and_last_message_so_far(
+    engine: Engine, script: Script
+) -> None:
+    second = asyncio.Event()
+    gate: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    async def step(request: Any) -> Any:
+        if len(script.seen["step"]) == 1:
+            return ["half way", {"type": "function_call", "name": "noop", "arguments": {}},
+                    tokens(30, 12)]
+        second.set()
+        return await gate
+
+    script.handlers["step"] = step
+    noop = Tool("noop", "does nothing", ONE_TOOL, lambda arguments, invocation: "ok")
+    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,), tools=(noop,)))
+    manager = parent.subsessions
+    cid = await manager.spawn_child("worker", "step")
+    await asyncio.wait_for(second.wait(), 30)  # what it sent before this call has been seen
+    [listed] = [info.listing() for info in manager.children()]
+    assert listed["status"] == "running" and listed["last_message"] == "half way"
+    assert {k: listed["usage"][k] for k in ("input_tokens", "output_tokens", "total_tokens",
+                                             "turns")} == {"input_tokens": 30,
+                                                           "output_tokens": 12,
+                                                           "total_tokens": 42, "turns": 1}
+    gate.set_result(["all done", tokens(1, 1)])
+    assert await manager.wait_child(cid) == "all done"
+    assert manager.info(cid).usage.as_dict() == {
+        "input_tokens": 31, "output_tokens": 13, "total_tokens": 44, "turns": 2,
+        "tool_calls": 1}
+
+
+async def test_a_message_sent_before_a_shard_took_the_child_is_read_there(
+    engine: Engine, script: Script
+) -> None:
+    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+    manager = parent.subsessions
+    cid = await manager.spawn_child("worker", "first")  # the shards are still starting
+    assert await manager.send_message(cid, "and then this") == "queued"
+    assert await manager.wait_child(cid) == "answer to first"
+    [request] = script.seen["first"]
+    texts = [i["content"][0]["text"] for i in request.items if i.get("role") == "user"]
+    assert texts == ["first", "and then this"]
 
 
 async def test_losing_a_node_fails_its_children_once_and_the_engine_goes_on(
@@ -333,3 +391,85 @@ async def test_a_child_cancelled_before_a_shard_took_it_ends_once_as_cancelled(
         assert parent.subsessions.status(cid) is ChildStatus.CANCELLED
     assert terminals(rollout_of(home, cid)) == [{"type": "turn_aborted", "reason": "cancelled"}]
     assert script.seen["too late"] == []  # its model was never asked
+
+
+async def test_run_with_ray_auto_runs_the_child_on_a_shard_of_the_running_cluster(
+    fake_openai: Any, tmp_path: Path, ray_cluster: Any
+) -> None:
+    """`subsessions run --ray auto` as a user runs it: a process that joins the cluster
+    named by RAY_ADDRESS, whose shard builds its own client to the (loopback) provider
+    from the run's settings."""
+    import json
+
+    from fake_openai import call, calls, text
+    from openai_support import TIMEOUT, cli_env, rollouts, tool_outputs
+
+    def script(request: Any) -> Any:
+        if "You are a worker." in json.dumps(request.body):
+            return text("42, from a shard")
+        done = tool_outputs(request)
+        if not done:
+            return calls(call("create_session", {"session_type": "worker", "prompt": "6 * 7?"}))
+        if len(done) == 1:
+            child = json.loads(done[0])["session_id"]
+            return calls(call("wait_session", {"session_id": child, "timeout_ms": 20_000}))
+        return text("The answer is " + json.loads(done[1])["result"])
+
+    fake_openai.script = script
+    home = tmp_path / "home"
+    (home / "profiles").mkdir(parents=True)
+    (home / "profiles" / "worker.toml").write_text(
+        'name = "worker"\ndescription = "works"\ndeveloper_instructions = "You are a worker."\n')
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "subsessions", "run", "--home", str(home), "--base-url",
+        fake_openai.base_url, "--ray", "auto", "What is 6 * 7?", cwd=tmp_path,
+        env={**cli_env(), "RAY_ADDRESS": ray_cluster.address},
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 3 * TIMEOUT)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, err.decode()
+    # Ray's driver prints the cluster's errors (a node another test removed) to stdout too,
+    # before the answer: a known shortcoming, reported to the lead
+    assert out.decode().splitlines()[-1] == "The answer is 42, from a shard"
+    found = rollouts(home)
+    assert len(found) == 2
+    [child] = [r for r in found.values() if r[0]["payload"]["source"] != "cli"]
+    assert child[0]["payload"]["session_type"] == "worker"
+
+
+async def test_grandchildren_starting_on_two_shards_never_overshoot_the_trees_limit(
+    engine: Engine, script: Script
+) -> None:
+    """Two remote children on two shards each spawn two grandchildren at once, with room
+    for one more in the tree: the driver admits each start, so exactly one is started."""
+    both = asyncio.Event()
+    nester = Profile(name="nester")
+
+    async def spawns_two(request: Any) -> Any:
+        if len(script.seen[first_prompt(request)]) > 1:
+            return ["spawned"]
+        if len(script.seen["a"]) and len(script.seen["b"]):
+            both.set()
+        await asyncio.wait_for(both.wait(), 30)
+        return [{"type": "function_call", "name": "create_session",
+                 "arguments": {"session_type": "nester", "prompt": f"g{n}"}} for n in (1, 2)]
+
+    script.handlers["a"] = script.handlers["b"] = spawns_two
+    for n in (1, 2):
+        script.hold(f"g{n}")
+    parent = await engine.create_session(SessionConfig(custom_agents=(nester,),
+                                                       max_depth=2, max_children=3))
+    manager = parent.subsessions
+    kids = [await manager.spawn_child("nester", p) for p in ("a", "b")]
+    await script.started("a", "b")
+    pool = _backend(engine).pool
+    assert pool is not None and [s.load for s in pool.shards] == [1, 1]  # one on each shard
+    await asyncio.gather(*(manager.wait_child(c, timeout=60) for c in kids))
+    outs = [o for p in ("a", "b") for o in outputs(script.seen[p][1])]
+    refused = [o for o in outs if "sub-session limit reached (max_children=3)" in o["output"]]
+    assert (len(outs), len(refused)) == (4, 3)  # one started: 2 children + 1 = the limit

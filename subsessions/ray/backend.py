@@ -16,13 +16,14 @@ import importlib.util
 import logging
 import os
 from collections.abc import Awaitable, Mapping
+from functools import partial
 from typing import Any
 
 from attrs import define, evolve, field
 
 from subsessions import task
 from subsessions.config import BUILTIN_TOOL_NAMES
-from subsessions.errors import ConfigError, RemoteError, WorkerLost
+from subsessions.errors import BudgetExhausted, ConfigError, RemoteError, WorkerLost
 from subsessions.events import listening
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
@@ -113,12 +114,10 @@ class RayBackend:
         return self._run_remote(host_session, prompt)
 
     async def _run_remote(self, child: Session, prompt: str) -> str | None:
-        # No inbox travels to the shard yet: a message sent meanwhile waits for this task's
-        # ending and starts a follow-up (which runs here), rather than being lost.
-        child.taking_messages = False
         if child.cancel_requested or child.budget_stop is not None:  # stopped before it began
             return await task.run(child, prompt, True)  # it ends here, as in process
         child.task_begins()  # from here a cancel reaches this task, and through it the shard
+        child.meter.disarm()  # its clock rings on the shard, which counts what it spends
         try:
             try:
                 pool = await self._started(child.runtime)
@@ -130,14 +129,25 @@ class RayBackend:
                 await task.run(child, prompt, True)
                 raise
             assert child.parent is not None
-            spec = _spec(child, prompt, pool.answerer.elsewhere(shard, child.parent))
+            spec = _spec(child, prompt)
+            child.inbox.clear()  # they travel in the spec
             outcome = await self._run_on(shard, spec, child)
         finally:
+            child.mailbox = None
+            child.taking_messages = False
+            # children spawned here under it (the API) end with its task, as in process
+            if child.subsessions.has_children:
+                await child.subsessions.abort_all_children(child.budget_stop)
             child.task_ended()
         child.token_usage = TokenUsage(outcome.input_tokens, outcome.output_tokens)
         child.turns = outcome.turns
         child.router.calls = outcome.tool_calls
         child.answered_by = outcome.answered_by
+        child.meter.turns, child.meter.tokens = outcome.spent  # a follow-up runs here
+        if outcome.budget_stop is not None:
+            stop = BudgetExhausted(*outcome.budget_stop)
+            child.claim_budget_stop(stop)
+            raise stop
         if outcome.state == "failed":
             raise RemoteError(outcome.error or "failed")
         if outcome.state == "cancelled":
@@ -145,18 +155,33 @@ class RayBackend:
         return outcome.result
 
     async def _run_on(self, shard: ShardRef, spec: ChildSpec, child: Session) -> Outcome:
+        """Wait for the shard's outcome. A cancel of this task (or a budget stop) is sent to
+        the shard, where the first stop wins, and the outcome says how the child ended: one
+        that ended by itself first keeps that ending; a second cancel (close) is `ray.cancel`."""
         ray = import_ray()
         self._hosts[spec.session_id] = child
         shard.load += 1
         ref = shard.actor.run_child.remote(spec)
+        child.mailbox = partial(_send, shard, spec.session_id)
         try:
-            outcome: Outcome = await ref
-            return outcome
-        except asyncio.CancelledError:
-            ray.cancel(ref)  # reaches the child's coroutine; it writes its own ending
-            with contextlib.suppress(Exception):
-                await ref
-            raise
+            try:
+                outcome: Outcome = await ref
+                return outcome
+            except asyncio.CancelledError:
+                stop = child.budget_stop
+                shard.actor.stop.remote(spec.session_id, None if stop is None else (
+                    stop.kind, stop.limit))
+                try:
+                    outcome = await ref
+                except asyncio.CancelledError:
+                    ray.cancel(ref)  # reaches the child's coroutine; it writes its own ending
+                    raise
+                if outcome.state == "cancelled":
+                    raise
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()  # it ended (or the budget ended it) before the cancel
+                return outcome
         except ray.exceptions.TaskCancelledError:
             raise asyncio.CancelledError from None
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
@@ -223,7 +248,18 @@ class RayBackend:
             await asyncio.to_thread(import_ray().shutdown)
 
 
-def _spec(child: Session, prompt: str, elsewhere: int) -> ChildSpec:
+async def _send(shard: ShardRef, session_id: str, message: str) -> bool:
+    """send_message to a remote child's running task; False when it will not read it."""
+    try:
+        accepted: bool = await shard.actor.send.remote(session_id, message)
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # the shard is gone: the child ends as lost, a follow-up runs here
+        return False
+    return accepted
+
+
+def _spec(child: Session, prompt: str) -> ChildSpec:
     parent = child.parent
     assert parent is not None
     root = parent.config
@@ -249,10 +285,14 @@ def _spec(child: Session, prompt: str, elsewhere: int) -> ChildSpec:
             hooks=tuple(n for n in host.HOOK_NAMES if getattr(hooks, n, None) is not None),
             permission_handler=root.permission_handler is not None,
             user_input_handler=root.user_input_handler is not None,
-            notify_on_child_end=root.notify_on_child_end, running=elsewhere,
+            notify_on_child_end=root.notify_on_child_end,
         ),
         relay_events=listening(child.events),
         cancel_first=child.cancel_requested,
+        budget=child.budget,  # its clock starts on the shard (starting shards is not its time)
+        inbox=tuple(child.inbox),
+        tree_budget=parent.root.budget,
+        tree_spent=(parent.root.meter.turns, parent.root.meter.tokens),
     )
 
 

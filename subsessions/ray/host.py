@@ -19,11 +19,13 @@ from attrs import define, field, fields
 from subsessions.clock import clock
 from subsessions.config import Hooks, Invocation
 from subsessions.dispatch import call_maybe_async
-from subsessions.errors import ToolNotSupported, UnknownSession, error_text
+from subsessions.errors import SubsessionError, ToolNotSupported, UnknownSession, error_text
 from subsessions.events import EventHub, SessionEvent, emit
+from subsessions.models.base import TokenUsage
 from subsessions.ray.wire import Cancel, Event, Request, Room
 from subsessions.runtime import Runtime
 from subsessions.session import Session
+from subsessions.usage import Usage
 
 log = logging.getLogger("subsessions")
 HOOK_NAMES = tuple(f.name for f in fields(Hooks))
@@ -44,15 +46,13 @@ class Answerer:
     # descendants running on a shard, by (shard, root): counted in the root's tree
     _rooms: dict[tuple[int, str], int] = field(factory=dict)
 
-    def elsewhere(self, shard: Replier, root: Session) -> int:
-        """The root's running children that are not counted on `shard` already."""
-        return root.tree.running - self._rooms.get((shard.index, root.session_id), 0)
-
     def receive(self, shard: Replier, message: Request | Event | Cancel | Room) -> None:
         if isinstance(message, Event):
             self._forward(message)
         elif isinstance(message, Room):
             self._room(shard.index, message.root_id, message.delta)
+        elif isinstance(message, Request) and message.kind == "room":
+            self._admit(shard, message)
         elif isinstance(message, Request):
             key = (shard.index, message.request_id)
             call = asyncio.get_running_loop().create_task(
@@ -73,6 +73,18 @@ class Answerer:
         for (index, root_id), count in list(self._rooms.items()):
             if index == shard.index:
                 self._room(index, root_id, -count)
+
+    def _admit(self, shard: Replier, request: Request) -> None:
+        """A descendant is about to start on a shard: the tree's limit is checked and it is
+        counted here, at once, so children starting on two shards never overshoot it."""
+        try:
+            root, _ = self.runtime.dispatcher.resolve_session(request.root_id)
+            root.tree.check_running()
+        except SubsessionError as exc:
+            shard.actor.answer.remote(request.request_id, False, error_text(exc))
+            return
+        self._room(shard.index, request.root_id, 1)
+        shard.actor.answer.remote(request.request_id, True, None)
 
     def _room(self, index: int, root_id: str, delta: int) -> None:
         key = (index, root_id)
@@ -144,11 +156,37 @@ class Answerer:
             return
         if child is None:
             return  # it has ended meanwhile: its stream is closed
+        if event.type == "subagent.usage":
+            _spent(child, event)
+        elif event.type == "assistant.message" and event.session_id == event.child_id:
+            child.last_message = event.data.get("content")
         if event.session_id == event.child_id:
             data = {k: v for k, v in event.data.items() if k != "parent_tool_call_id"}
             emit(child.events, event.type, data)
         else:
             _deliver_up(child.events, event)
+
+
+def _spent(child: Session, event: Event) -> None:
+    """A model call in a remote child's subtree: the child's live usage (what its parent's
+    `list_sessions` shows) and its tree's budget, which the driver's root meter counts."""
+    data = event.data
+    if event.session_id == event.child_id:
+        child.token_usage = TokenUsage(data["input_tokens"], data["output_tokens"])
+        child.turns = data["turns"]
+        child.router.calls = data["tool_calls"]
+    else:  # one of its own children (or theirs): its parent's roll-up counts it
+        child.elsewhere[event.session_id] = Usage(data["input_tokens"], data["output_tokens"],
+                                                  data["tool_calls"], data["turns"])
+    meter = child.root.meter
+    if not meter.active:
+        return
+    limit = meter.limits.max_turns
+    # A call made once the tree's turns were spent wanted more (the shard cannot know).
+    reached = meter.charge(data["last"]["total_tokens"],
+                           limit is not None and meter.turns >= limit)
+    if reached is not None:
+        reached[0].stop(reached[1])
 
 
 def _deliver_up(hub: EventHub, event: Event) -> None:

@@ -9,7 +9,6 @@ children stay here, in process. This module never imports Ray: the backend makes
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 from collections.abc import Mapping
 from functools import partial
@@ -18,107 +17,60 @@ from typing import Any
 
 from attrs import define, evolve, field
 
+from subsessions.budget import Budget
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.dispatch import Dispatcher
 from subsessions.errors import (
-    ChildLimitReached,
-    DepthLimitReached,
-    RemoteError,
+    BudgetExhausted,
     RolloutError,
     error_text,
 )
 from subsessions.events import SessionEvent
+from subsessions.meter import Meter
 from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import LoadedProfile
-from subsessions.ray.wire import (
-    Cancel,
-    ChildSpec,
-    Event,
-    Outcome,
-    Request,
-    Room,
-    RootSpec,
-    ToolSpec,
-)
+from subsessions.ray.channel import Channel, Message
+from subsessions.ray.wire import ChildSpec, Event, Outcome, Room, RootSpec, ToolSpec
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 from subsessions.settings import Settings
 from subsessions.tools import builtin_tools
 from subsessions.tree import SessionTree
 
-Message = Request | Event | Cancel | Room
 LIFECYCLE = ("subagent.started", "subagent.completed", "subagent.failed")  # the driver's own
-
-
-@define(eq=False)
-class Channel:
-    """Requests to the driver and their answers; the driver pulls the outbox."""
-
-    outbox: asyncio.Queue[Message] = field(factory=asyncio.Queue)
-    _waiting: dict[int, asyncio.Future[tuple[bool, Any]]] = field(factory=dict)
-    _ids: itertools.count[int] = field(factory=lambda: itertools.count(1))
-    sent: int = 0  # messages put in the outbox
-    _handled: int = 0  # of them, how many the driver has handled (it says so when it pulls)
-    _caught_up: asyncio.Event = field(factory=asyncio.Event)
-
-    def send(self, message: Message) -> None:
-        self.sent += 1
-        self.outbox.put_nowait(message)
-
-    def handled(self, count: int) -> None:
-        self._handled = max(self._handled, count)
-        self._caught_up.set()
-
-    async def delivered(self, count: int) -> None:
-        """Until the driver has handled the first `count` messages: what a child sent
-        before its ending (a cancel of a handler, an event) is seen before the ending."""
-        while self._handled < count:
-            self._caught_up.clear()
-            await self._caught_up.wait()
-
-    async def ask(self, root_id: str, kind: str, name: str, *args: Any,
-                  child_id: str = "") -> Any:
-        """Run a handler in the driver; its failure is raised here with the same text, and
-        a cancelled caller cancels the handler there too."""
-        request_id = next(self._ids)
-        future = self._waiting[request_id] = asyncio.get_running_loop().create_future()
-        self.send(Request(request_id, root_id, child_id, kind, name, args))
-        try:
-            ok, value = await future
-        except asyncio.CancelledError:
-            self.send(Cancel(request_id))
-            raise
-        finally:
-            self._waiting.pop(request_id, None)
-        if not ok:
-            raise RemoteError(str(value))
-        return value
-
-    def answer(self, request_id: int, ok: bool, value: Any) -> None:
-        future = self._waiting.get(request_id)
-        if future is not None and not future.done():
-            future.set_result((ok, value))
+METERED = ("subagent.usage", "assistant.message")  # always sent: the driver's listing, budget
 
 
 @define(eq=False)
 class ShardTree(SessionTree):
-    """A tree's share on this shard: its limits count the children running elsewhere (as of
-    the last spawn from the driver) and report the ones started here to the driver."""
+    """A tree's share on this shard. The tree's running count is the driver's: a child
+    starting here is admitted there first (and counted at once), one ending is reported."""
 
     channel: Channel = field(kw_only=True)
     root_id: str = field(kw_only=True)
-    elsewhere: int = field(default=0, kw_only=True)
+    _admitted: int = field(default=0, init=False)  # counted by the driver, not started yet
 
-    def check_room(self, parent_depth: int) -> None:
-        if parent_depth >= self.max_depth:
-            raise DepthLimitReached(self.max_depth)
-        if self.elsewhere + self.running >= self.max_children:
-            raise ChildLimitReached(self.max_children)
+    async def admit(self, parent_depth: int) -> None:
+        self.check_room(parent_depth)  # the depth, and what this shard alone runs
+        asked = asyncio.ensure_future(self.channel.ask(self.root_id, "room", ""))
+        try:
+            await asyncio.shield(asked)
+        except asyncio.CancelledError:  # the driver may count it: not once it has answered
+            asked.add_done_callback(self._unadmit)
+            raise
+        self._admitted += 1
+
+    def _unadmit(self, asked: asyncio.Future[Any]) -> None:
+        if not asked.cancelled() and asked.exception() is None:
+            self.channel.send(Room(self.root_id, -1))
 
     def child_started(self) -> None:
         super().child_started()
-        self.channel.send(Room(self.root_id, 1))
+        if self._admitted:
+            self._admitted -= 1
+        else:  # a follow-up (send_message), checked against this shard's count only
+            self.channel.send(Room(self.root_id, 1))
 
     def child_ended(self) -> None:
         super().child_ended()
@@ -157,6 +109,52 @@ class RemoteTool:
                                       child_id=self.child_id)
 
 
+class ShardChild(Session):
+    """A top-level session's child as a shard runs it. Its stand-in parent keeps no record of
+    it, so the first stop (a cancel, a budget's from the driver, its own budget's) is kept
+    here, as a parent's record keeps it in process: later ones change nothing."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stopped = False  # a stop was claimed or delivered
+
+    def stop(self, error: BudgetExhausted | None) -> None:
+        """Deliver a cancel (with `error`: it ends `budget_limited`) once."""
+        if self.stopped:
+            return
+        self.stopped = True
+        if error is not None:
+            self.budget_stop = error
+        running = self._task
+        if running is not None:
+            running.cancel()
+        else:  # not begun (or ended): its first line ends it, its `finally` writes that
+            self.cancel_at_first_step()
+
+    def count_in_tree(self, limits: Budget, turns: int, tokens: int) -> None:
+        """Count what it spends against its tree's limits too, from what the tree had spent
+        at its spawn: a limit reached is named as in process (the highest). The driver's
+        meter of the tree, told each model call, stops the rest of the tree."""
+        share = Meter(limits, self.meter.parent, alarms=self.tree.alarms)
+        share.turns, share.tokens = turns, tokens
+        self.meter = Meter(self.meter.limits, share, self.stop_for_budget, self.tree.alarms)
+
+    def claim_budget_stop(self, error: BudgetExhausted) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.budget_stop = error
+
+    def stop_for_budget(self, error: BudgetExhausted) -> None:
+        self.stop(error)
+
+    def take(self, message: str) -> bool:
+        """A message from the driver (send_message): read before its next model call."""
+        if self.stopped or not self.taking_messages or self.ended:
+            return False
+        self.inbox.append(message)
+        return True
+
+
 class Shard:
     """The actor's body: built in the worker from plain values, children run by `run_child`."""
 
@@ -175,6 +173,7 @@ class Shard:
                                 model_provider=model_provider, profiles=profiles,
                                 dispatcher=Dispatcher())
         self._roots: dict[str, tuple[Session, int]] = {}  # stand-ins, with their children
+        self._running: dict[str, ShardChild] = {}  # children sent here, by id
 
     async def ready(self) -> tuple[str, int]:
         """Where this shard runs: (node id, pid)."""
@@ -199,32 +198,51 @@ class Shard:
         return self._runtime.task_count
 
     async def run_child(self, spec: ChildSpec) -> Outcome:
-        """Run one child's task to its ending, written to its rollout; a `ray.cancel` of
-        this call is the child's cancel (its own children first, as in process)."""
+        """Run one child's task to its ending, written to its rollout. `stop` is its cancel
+        (or budget stop) and its outcome says which ending won; a `ray.cancel` of this call
+        is a cancel too (its own children first, as in process)."""
         runtime = self._runtime
         runtime.start_flusher()
         stand_in = self._stand_in(spec.root, spec.relay_events)
         child = self._child(spec, stand_in)
         if spec.cancel_first:
-            child.cancel_at_first_step()
+            child.stop(None)
         task = runtime.spawn_task(child.run_task(spec.prompt), f"subsession-{spec.session_id}")
+        # before the first await: a `stop` or `send` the driver sent after this call finds it
+        self._running[spec.session_id] = child
         runtime.dispatcher.child_started(stand_in, child, spec.call_id)  # for the allowlist
         try:
             await asyncio.wait((task,))
         except asyncio.CancelledError:
-            task.cancel()
+            child.stop(None)
             await asyncio.wait((task,))  # the task's own `finally` writes its ending
-            await self._finish(spec, child)
+            await self._finish(spec, child, task)
             raise
+        finally:
+            self._running.pop(spec.session_id, None)
         return await self._finish(spec, child, task)
 
+    async def stop(self, session_id: str, budget: tuple[str, float] | None) -> None:
+        """Cancel a running child (with `budget`: a budget stop); nothing if it has ended."""
+        child = self._running.get(session_id)
+        if child is not None:
+            child.stop(None if budget is None else BudgetExhausted(*budget))
+
+    async def send(self, session_id: str, message: str) -> bool:
+        """A message for a running child; False when it is ending (or gone)."""
+        child = self._running.get(session_id)
+        return child is not None and child.take(message)
+
     async def _finish(self, spec: ChildSpec, child: Session,
-                      task: asyncio.Task[str | None] | None = None) -> Outcome:
+                      task: asyncio.Task[str | None]) -> Outcome:
         state, result, error = "cancelled", None, None
-        if task is not None and not task.cancelled():
+        stop: tuple[str, float] | None = None
+        if not task.cancelled():
             exc = task.exception()
             state, result, error = ("done", task.result(), None) if exc is None else (
                 "failed", None, error_text(exc))
+            if isinstance(exc, BudgetExhausted):
+                stop = (exc.kind, exc.limit)
         try:
             await child.recorder.flush_durable()
         except RolloutError as exc:
@@ -235,7 +253,8 @@ class Shard:
         self._release(spec.root.session_id)
         usage = child.usage()
         return Outcome(state, result, error, usage.input_tokens, usage.output_tokens,
-                       usage.turns, usage.tool_calls, child.answered_by)
+                       usage.turns, usage.tool_calls, child.answered_by, stop,
+                       (child.meter.turns, child.meter.tokens))
 
     async def close(self) -> None:
         """Drain what children left (their end hooks), write every line, stop the writer."""
@@ -250,8 +269,6 @@ class Shard:
         known = self._roots.get(root.session_id)
         if known is not None:
             self._roots[root.session_id] = (known[0], known[1] + 1)
-            assert isinstance(known[0].tree, ShardTree)
-            known[0].tree.elsewhere = root.running
             return known[0]
         ask = self._channel.ask
         hooks = Hooks(**{name: partial(ask, root.session_id, "hook", name)
@@ -268,7 +285,7 @@ class Shard:
         # It writes nothing (the driver's session has the rollout): it never runs a task.
         stand_in = Session(self._runtime, config, resumed=(root.session_id, os.devnull))
         stand_in.tree = ShardTree(config, self._runtime.profiles, channel=self._channel,
-                                  root_id=root.session_id, elsewhere=root.running)
+                                  root_id=root.session_id)
         if relay:
             stand_in.on(partial(self._relay_own, root.session_id))
         self._runtime.dispatcher.register(stand_in)
@@ -284,16 +301,26 @@ class Shard:
         self._runtime.dispatcher.unregister(root_id)
         stand_in.events.close()
 
-    def _child(self, spec: ChildSpec, stand_in: Session) -> Session:
+    def _child(self, spec: ChildSpec, stand_in: Session) -> ShardChild:
         tools = tuple(self._tool(spec, t) for t in spec.tools)
-        child = Session(self._runtime, evolve(spec.config, tools=tools), parent=stand_in,
-                        profile=spec.profile, call_id=spec.call_id, source=spec.source,
-                        resumed=(spec.session_id, spec.rollout_path),
-                        tool_context=spec.tool_context)
+        child = ShardChild(self._runtime, evolve(spec.config, tools=tools), parent=stand_in,
+                           profile=spec.profile, call_id=spec.call_id, source=spec.source,
+                           resumed=(spec.session_id, spec.rollout_path),
+                           tool_context=spec.tool_context, budget=spec.budget)
         child.started_at = spec.started_at
-        if spec.relay_events:
-            child.on(partial(self._relay, spec.root.session_id, spec.session_id))
+        if spec.tree_budget is not None:
+            child.count_in_tree(spec.tree_budget, *spec.tree_spent)
+        child.inbox.extend(spec.inbox)
+        # Usage always goes to the driver (its listing, its tree's budget); the rest only
+        # when someone listens there.
+        relay = partial(self._relay, spec.root.session_id, spec.session_id)
+        child.on(relay if spec.relay_events else partial(self._metered, relay))
         return child
+
+    @staticmethod
+    def _metered(relay: Any, event: SessionEvent) -> None:
+        if event.type in METERED:
+            relay(event)
 
     def _tool(self, spec: ChildSpec, tool: ToolSpec) -> Tool:
         if tool.kind == "builtin" and spec.tool_context is not None:

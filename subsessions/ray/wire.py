@@ -11,6 +11,7 @@ from typing import Any
 
 from attrs import frozen
 
+from subsessions.budget import Budget
 from subsessions.config import SessionConfig
 from subsessions.profiles import Profile
 from subsessions.tools import ToolContext
@@ -39,7 +40,6 @@ class RootSpec:
     permission_handler: bool
     user_input_handler: bool
     notify_on_child_end: bool
-    running: int  # children running in the tree but not on this shard, at the spawn
 
 
 @frozen
@@ -59,6 +59,10 @@ class ChildSpec:
     root: RootSpec
     relay_events: bool  # someone listens in the driver: send the child's events there
     cancel_first: bool  # cancelled before it was sent: end at its first step
+    budget: Budget | None = None  # its limits as clamped at spawn
+    tree_budget: Budget | None = None  # its tree's limits (None: none)...
+    tree_spent: tuple[int, int] = (0, 0)  # ...and what the tree had spent: (turns, tokens)
+    inbox: tuple[str, ...] = ()  # messages sent to it before it was sent here
 
 
 @frozen
@@ -103,7 +107,7 @@ class Cancel:
 class Outcome:
     """How a remote child's task ended, once its ending is in its rollout."""
 
-    state: str  # done | failed
+    state: str  # done | failed | cancelled
     result: str | None
     error: str | None
     input_tokens: int
@@ -111,3 +115,5 @@ class Outcome:
     turns: int
     tool_calls: int
     answered_by: str | None
+    budget_stop: tuple[str, float] | None = None  # failed on a budget: (kind, limit)
+    spent: tuple[int, int] = (0, 0)  # its meter: (turns, tokens, its descendants' included)
