@@ -53,9 +53,10 @@ class Session:
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
         "_begun", "_cancel_at_first_step", "_child_context", "_notes", "_phase", "_task",
-        "answered_by", "budget_stop", "call_id", "config", "cwd", "depth", "events",
-        "forked_from", "history", "inbox", "instructions", "last_message", "max_turns",
-        "meter", "model", "parent", "profile", "recorder", "resume_report", "root", "router",
+        "answered_by", "budget_stop", "call_id", "config", "cwd", "depth", "elsewhere",
+        "events", "forked_from", "history", "inbox", "instructions", "last_message",
+        "mailbox", "max_turns", "meter", "model", "parent", "profile", "recorder",
+        "resume_report", "root", "router",
         "runtime", "session_id", "source", "started_at", "subsessions", "taking_messages",
         "token_usage", "tool_context", "tree", "turns",
     )
