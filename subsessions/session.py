@@ -339,6 +339,7 @@ class Session:
                 self.budget_stop is None):
             self.budget_stop = error
             running.cancel()
+
     async def take_message(self, message: str) -> bool:
         """A message for its running task, read before its next model call; False when the
         task will not read it any more (a task running elsewhere says so)."""
