@@ -14,7 +14,9 @@ the per-child cost at the largest size against the one at 10,000 (flatness).
 Further phases: `gather(wait_child)` against `wait_all(ids)`; N = 1,000 with 100 ms model
 latency against the anchor; RSS growth per in-flight child (each size in a fresh process,
 children held at their model call); a budget on every child against none.
-gc.freeze() is not used; the collector runs with Python's default thresholds.
+gc.freeze() is not used; the collector starts at Python's default thresholds, and the engine
+paces it while open (subsessions/collector.py); the fan-out also runs with the engine told not
+to (`pace_collector=False`), and prints both.
 Run: python bench/fanout.py [--sizes 1000,10000,100000] [--rounds 3] [--dir /dev/shm]
 """
 
@@ -129,9 +131,10 @@ async def equal(folder: Path, n: int, latency: float) -> float:
 
 # -- the subject --------------------------------------------------------------------------
 async def subject(folder: Path, n: int, latency: float, budget: Budget | None = None,
-                  collect: str = "gather") -> float:
+                  collect: str = "gather", pace: bool = True) -> float:
     model = ScriptedModel(lambda request: [ANSWER], latency=latency, keep_requests=False)
-    async with Engine(folder, model_client=model, profiles=PROFILES) as engine:
+    async with Engine(folder, model_client=model, profiles=PROFILES,
+                      pace_collector=pace) as engine:
         parent = await engine.create_session(SessionConfig(max_children=n + 1))
         manager = parent.subsessions
         start = time.perf_counter()
@@ -149,6 +152,10 @@ async def subject(folder: Path, n: int, latency: float, budget: Budget | None = 
 
 async def subject_wait_all(folder: Path, n: int, latency: float) -> float:
     return await subject(folder, n, latency, collect="wait_all")
+
+
+async def subject_unpaced(folder: Path, n: int, latency: float) -> float:
+    return await subject(folder, n, latency, pace=False)
 
 
 async def subject_budget(folder: Path, n: int, latency: float) -> float:
@@ -209,29 +216,34 @@ async def interleaved(base: Path, tag: str, runs: dict[str, Run], n: int, latenc
     return times
 
 
+def _share(times: dict[str, list[float]], name: str) -> float:
+    """The collector's median share of a run's time."""
+    return statistics.median(
+        g / t for g, t in zip(times[f"{name} gc"], times[name], strict=True))
+
+
 def _ratio(times: dict[str, list[float]], over: str, under: str) -> float:
     return statistics.median(times[over]) / statistics.median(times[under])
 
 
 async def fan_out(base: Path, args: argparse.Namespace, clock: CollectorClock) -> None:
     per_child: dict[int, float] = {}
-    runs: dict[str, Run] = {"anchor": anchor, "equal": equal, "subject": subject}
+    runs: dict[str, Run] = {"anchor": anchor, "equal": equal, "subject": subject,
+                            "unpaced": subject_unpaced}
     for n in args.sizes:
         times = await interleaved(base, f"n{n}", runs, n, 0.0, args.rounds, clock)
         per_child[n] = statistics.median(times["subject"]) / n
-        gc_share = statistics.median(
-            g / t for g, t in zip(times["subject gc"], times["subject"], strict=True))
-        anchor_gc = statistics.median(
-            g / t for g, t in zip(times["anchor gc"], times["anchor"], strict=True))
+        gc_share = _share(times, "subject")
         print(f"N={n}")
         print(f"  anchor (5 lines, own file, gather):   {_fmt(times['anchor'], n)}")
         print(f"  equal records (9 + 2 parent lines):   {_fmt(times['equal'], n)}")
         print(f"  subsessions (spawn_child + gather):   {_fmt(times['subject'], n)}")
-        print(f"  collector's share of the time: subsessions {gc_share:.0%}, anchor "
-              f"{anchor_gc:.0%}")
+        print(f"  the same, collector not paced:        {_fmt(times['unpaced'], n)}")
+        print(f"  collector's share of the time: subsessions {gc_share:.0%} (not paced "
+              f"{_share(times, 'unpaced'):.0%}), anchor {_share(times, 'anchor'):.0%}")
         print(f"  ratio subsessions/anchor {_ratio(times, 'subject', 'anchor'):.2f} "
-              f"(target <= 2.0); subsessions/equal records "
-              f"{_ratio(times, 'subject', 'equal'):.2f}")
+              f"(target <= 2.0; not paced {_ratio(times, 'unpaced', 'anchor'):.2f}); "
+              f"subsessions/equal records {_ratio(times, 'subject', 'equal'):.2f}")
     if 10_000 in per_child and max(per_child) > 10_000:
         largest = max(per_child)
         print(f"flatness: per-child cost at N={largest} / at N=10000: "

@@ -65,6 +65,7 @@ class Engine:
         mcp_servers: Mapping[str, Any] | None = None,
         mcp_source: str = "config.toml",
         backend: Backend | None = None,
+        pace_collector: bool = True,
     ) -> None:
         home_path = Path(home) if home is not None else default_home()
         if "\0" in str(home_path):
@@ -86,6 +87,7 @@ class Engine:
             dispatcher=self._dispatcher,
             registered=self._sessions.__contains__,
             backend=backend,
+            pace_collector=pace_collector,
         )
         self._mcp_sources: list[Any] = []  # McpServers, started lazily, stopped at close
         if mcp_servers:

@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from attrs import define, field
 
+from subsessions import collector
 from subsessions.dispatch import Dispatcher
 from subsessions.errors import EngineClosed
 from subsessions.models.base import ModelClient
@@ -53,6 +54,7 @@ class Runtime:
     # whether a top-level session id is still registered (the engine's registry answers)
     registered: Callable[[str], bool] = lambda _: True
     backend: Backend | None = None  # None: every task runs in this process
+    pace_collector: bool = True  # see collector.py
     writer: RolloutWriter = field(factory=RolloutWriter)
     # Recorders with lines not yet handed to the writer; flushed every FLUSH_SECONDS, so
     # a running session's transcript trails it by at most that (`rollouts tail`).
@@ -94,8 +96,11 @@ class Runtime:
             coro.close()
             raise EngineClosed()
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        tasks = self._tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        if not len(tasks) % collector.STEP:  # fewer tasks are seen by the flusher
+            collector.pacer.follow(id(self), len(tasks))
         return task
 
     async def run_owned(self, coro: Coroutine[Any, Any, T], session_id: str = "") -> T:
@@ -143,6 +148,8 @@ class Runtime:
     # -- rollout flushing -------------------------------------------------------------------
     def start_flusher(self) -> None:
         if self._flusher is None:
+            if self.pace_collector:
+                collector.pacer.hold(id(self))
             self._flusher = asyncio.get_running_loop().create_task(
                 self._flush_periodically(), name="subsessions-rollout-flusher"
             )
@@ -151,6 +158,7 @@ class Runtime:
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
             self.flush_unwritten()
+            collector.pacer.follow(id(self), len(self._tasks))
 
     def flush_unwritten(self) -> None:
         dirty = list(self.unwritten)
@@ -167,4 +175,5 @@ class Runtime:
     async def aclose(self) -> None:
         """The last step of closing: the writer thread ends once everything is written."""
         self._phase = Phase.CLOSED
+        collector.pacer.release(id(self))
         await self.writer.aclose()

@@ -96,7 +96,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # ARCHITECTURE.md's layers, bottom to top: a module imports only from its own layer or below.
 LAYERS: dict[int, tuple[str, ...]] = {
-    0: ("_version", "budget", "clock", "errors", "handlers", "ids", "items", "mcp",
+    0: ("_version", "budget", "clock", "collector", "errors", "handlers", "ids", "items", "mcp",
         "rollouts.status", "rollouts.values", "safe_read", "tools.process",
         "tools.safe_commands", "urls", "usage"),
     1: ("children", "config", "environment", "events", "handlers.ask_user", "meter",
