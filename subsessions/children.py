@@ -294,11 +294,8 @@ async def wait_for(records: Sequence[ChildRecord[Any]], seconds: float | None, *
     for record in records:
         record.waiters += 1
     try:
-        if len(pending) == 1 and seconds is None:  # `gather(wait_child(...))`: no wait set
-            await asyncio.shield(pending[0])
-        else:
-            when = asyncio.ALL_COMPLETED if every else asyncio.FIRST_COMPLETED
-            await asyncio.wait(pending, timeout=seconds, return_when=when)
+        when = asyncio.ALL_COMPLETED if every else asyncio.FIRST_COMPLETED
+        await asyncio.wait(pending, timeout=seconds, return_when=when)
     finally:
         for record in records:
             record.waiters -= 1

@@ -71,7 +71,10 @@ class Member(Caller, Protocol):
     recorder: RolloutRecorder
     @property
     def rollout_path(self) -> str: ...
-    subsessions: SubsessionManager
+    @property
+    def subsessions(self) -> SubsessionManager: ...
+    @property
+    def spawned(self) -> SubsessionManager | None: ...
     @property
     def answering_model(self) -> str: ...
     token_usage: TokenUsage
@@ -274,7 +277,9 @@ class SubsessionManager:
         found: list[Member] = []
         for child in self._children.values():
             found.append(child.session)
-            found.extend(child.session.subsessions.tree())
+            family = child.session.spawned
+            if family is not None:
+                found.extend(family.tree())
         return found
 
     def running(self) -> list[str]:
@@ -283,6 +288,17 @@ class SubsessionManager:
     # -- waiting and cancelling -------------------------------------------------------------
     async def wait_child(self, session_id: str, timeout: float | None = None) -> str | None:
         """The child's last assistant message. `None` waits forever, `<= 0` does not wait."""
+        if timeout is None:  # `gather(wait_child(...))` over thousands: one frame, no wait set
+            record = self._lookup(session_id)
+            finished = record.finished
+            if not finished.done():
+                record.waiters += 1
+                try:
+                    await asyncio.shield(finished)
+                finally:
+                    record.waiters -= 1
+            record.waited = True
+            return record.result()
         seconds = checked_seconds("wait_child", timeout)
         label = 0 if seconds is None or seconds <= 0 else max(1, round(seconds * 1000))
         return await self._wait(session_id, seconds, label)

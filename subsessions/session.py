@@ -57,7 +57,7 @@ class Session:
         "events", "forked_from", "history", "inbox", "instructions", "last_message",
         "mailbox", "max_turns", "meter", "model", "parent", "profile", "recorder",
         "resume_report", "root", "router",
-        "runtime", "session_id", "source", "started_at", "subsessions", "taking_messages",
+        "runtime", "session_id", "source", "started_at", "_subsessions", "taking_messages",
         "token_usage", "tool_context", "tree", "turns",
     )
 
@@ -116,7 +116,7 @@ class Session:
         self.events: EventHub = EventHub(
             self.session_id, parent.events if parent else None, call_id
         )
-        self.subsessions = SubsessionManager(self)
+        self._subsessions: SubsessionManager | None = None  # made when first asked for
         self._child_context: ToolContext | None = None
         self.tool_context = tool_context or self._own_tool_context()
         tools = config.tools
@@ -137,6 +137,19 @@ class Session:
         return f"<Session {self.session_id} {kind} model={self.model!r} {self._phase.value}>"
 
     # -- identity and state, as hosts, the manager and the router read them ----------------
+    @property
+    def subsessions(self) -> SubsessionManager:
+        """Its children. Made on first use: most children never have any."""
+        manager = self._subsessions
+        if manager is None:
+            manager = self._subsessions = SubsessionManager(self)
+        return manager
+
+    @property
+    def spawned(self) -> SubsessionManager | None:
+        """Its children's manager if it was ever asked for (readers make none)."""
+        return self._subsessions
+
     @property
     def agent_name(self) -> str | None:
         """The profile a child runs (None for a top-level session)."""
@@ -220,7 +233,7 @@ class Session:
         )
         if not include_children:
             return own
-        tree = self.subsessions.tree()
+        tree = self._subsessions.tree() if self._subsessions is not None else []
         return Usage.total([own, *(s.usage() for s in tree), *self.elsewhere.values(),
                             *(u for s in tree for u in s.elsewhere.values())])
 
@@ -393,7 +406,7 @@ class Session:
         if (self.parent is not None or not self.config.wake_on_child_end
                 or self._phase is Phase.RUNNING or self.runtime.closed
                 or not self.runtime.registered(self.session_id)
-                or not self.subsessions.has_notices):
+                or self._subsessions is None or not self._subsessions.has_notices):
             return
         notices = "\n".join(info.notice() for info in self.subsessions.take_notices())
         if not notices:  # every one of them was seen meanwhile

@@ -29,6 +29,7 @@ from subsessions.items import (
     output_problem,
     user_message,
 )
+from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
 from subsessions.models.base import ModelRequest, TokenUsage
 from subsessions.rollouts import records
@@ -47,6 +48,9 @@ class TaskHost(RouterHost, Protocol):
     last_message: str | None  # its last assistant message so far
     inbox: list[str]  # messages sent to it while it runs (send_message)
     taking_messages: bool  # its task will read the inbox before another model call
+
+    @property
+    def spawned(self) -> SubsessionManager | None: ...  # its children, if it ever had any
 
     @property
     def source(self) -> str | dict[str, Any]: ...
@@ -93,7 +97,7 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
     # Exactly one ending, on every path: children are ended first (a cancelled task's
     # children, and any child's children, since nobody could wait for them any more), and
     # a cancel landing meanwhile makes it an abort.
-    ending = records.interrupted(turn_id, started)
+    ending: list[dict[str, Any]] | None = None
     answer: str | None = None
     cancelled = False
     since = len(host.history)
@@ -128,10 +132,13 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
         ending = records.failed(turn_id, started, error_text(exc), _last_answer(host, since))
         raise
     finally:
+        if ending is None:  # torn down by something other than a cancel (a bug of ours)
+            ending = records.interrupted(turn_id, started)
         try:
-            if host.subsessions.has_children and (
+            family = host.spawned
+            if family is not None and family.has_children and (
                     cancelled or host.is_child or _budget_limited(ending[-1])):
-                await host.subsessions.abort_all_children(
+                await family.abort_all_children(
                     host.budget_stop if _budget_limited(ending[-1]) else None)
         except asyncio.CancelledError:
             cancelled = True
@@ -246,8 +253,9 @@ async def _turns(host: TaskHost) -> str | None:
     # exists while the session works; later lines follow with the runtime's periodic flush.
     recorder.flush()
     for _ in range(host.max_turns):
-        if host.subsessions.has_notices:
-            _deliver_notices(host)
+        family = host.spawned
+        if family is not None and family.has_notices:
+            _deliver_notices(host, family)
         while host.inbox:  # sent while it ran: read before this model call
             _tell(host, host.inbox.pop(0))
         request = ModelRequest(
@@ -299,9 +307,9 @@ async def _turns(host: TaskHost) -> str | None:
     raise MaxTurnsExceeded(host.max_turns)
 
 
-def _deliver_notices(host: TaskHost) -> None:
+def _deliver_notices(host: TaskHost, family: SubsessionManager) -> None:
     """One developer message for each child that ended without being waited for."""
-    for info in host.subsessions.take_notices():
+    for info in family.take_notices():
         message = developer_message(info.notice())
         host.history.append(message)
         host.recorder.record("response_item", message)

@@ -136,8 +136,9 @@ class RayBackend:
             child.mailbox = None
             child.taking_messages = False
             # children spawned here under it (the API) end with its task, as in process
-            if child.subsessions.has_children:
-                await child.subsessions.abort_all_children(child.budget_stop)
+            family = child.spawned
+            if family is not None and family.has_children:
+                await family.abort_all_children(child.budget_stop)
             child.task_ended()
         child.token_usage = TokenUsage(outcome.input_tokens, outcome.output_tokens)
         child.turns = outcome.turns
