@@ -23,7 +23,7 @@ from subsessions.ids import new_session_id
 from subsessions.items import Item
 from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
-from subsessions.models.base import TokenUsage
+from subsessions.models.base import NO_USAGE
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
@@ -52,13 +52,12 @@ class Session:
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
-        "_begun", "_cancel_at_first_step", "_child_context", "_notes", "_phase", "_task",
-        "answered_by", "budget_stop", "call_id", "config", "cwd", "depth", "elsewhere",
-        "events", "forked_from", "history", "inbox", "instructions", "last_message",
-        "mailbox", "max_turns", "meter", "model", "parent", "profile", "recorder",
-        "resume_report", "root", "router",
-        "runtime", "session_id", "source", "started_at", "_subsessions", "taking_messages",
-        "token_usage", "tool_context", "tree", "turns",
+        "_begun", "_cancel_at_first_step", "_child_context", "_notes", "_phase",
+        "_subsessions", "_task", "answered_by", "budget_stop", "call_id", "config", "cwd",
+        "depth", "elsewhere", "events", "forked_from", "history", "inbox", "instructions",
+        "last_message", "mailbox", "max_turns", "meter", "model", "parent", "profile",
+        "recorder", "resume_report", "root", "router", "runtime", "session_id", "source",
+        "started_at", "taking_messages", "token_usage", "tool_context", "tree", "turns",
     )
 
     def __init__(
@@ -92,7 +91,7 @@ class Session:
         self.cwd = config.cwd or runtime.cwd
         self.max_turns = profile.max_turns if profile is not None else config.max_turns
         self.history: list[Item] = []
-        self.token_usage = TokenUsage()
+        self.token_usage = NO_USAGE
         self.meter: Meter = (
             self.tree.root_meter(self.stop_for_budget) if parent is None else
             self.tree.child_meter(parent.meter, budget.clamp(config.budget) if budget

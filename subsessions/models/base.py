@@ -43,6 +43,9 @@ class TokenUsage:
         }
 
 
+NO_USAGE = TokenUsage()  # frozen, so every session starts from this one
+
+
 @frozen
 class ModelRequest:
     """What a session asks of its model for one turn.
