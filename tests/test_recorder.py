@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import re
 import stat
 import threading
@@ -15,6 +16,7 @@ import orjson
 import pytest
 
 from subsessions.errors import RolloutError
+from subsessions.rollouts import recorder as recorder_module
 from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter, rollout_path
 
 SID = "01a1fe50-46e5-76bd-9def-b2b03eae7f6a"
@@ -105,6 +107,39 @@ async def test_order_is_kept_across_many_flushes_and_files(tmp_path: Path) -> No
         for i, recorder in enumerate(recorders):
             got = [r["payload"]["message"] for r in lines(recorder.path)]
             assert got == list(range(i, 600, 3))
+    finally:
+        await writer.aclose()
+
+
+@pytest.mark.parametrize("slow_disk", [False, True])
+async def test_endings_written_on_the_loop_keep_each_files_order(
+        tmp_path: Path, slow_disk: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small durable chunks may be appended on the loop when the thread has nothing in hand;
+    mixed with queued and large chunks, every file still has its lines in submit order (and a
+    disk slow enough to stall the loop sends everything to the thread from then on)."""
+    if slow_disk:
+        monkeypatch.setattr(recorder_module, "INLINE_SECONDS", -1.0)
+    chooser = random.Random(19)
+    writer = RolloutWriter()
+    try:
+        recorders = [RolloutRecorder(writer, str(tmp_path / f"r{i}.jsonl")) for i in range(3)]
+        durable = []
+        for n in range(900):
+            recorder = recorders[chooser.randrange(3)]
+            size = chooser.choice((1, 1, 1, 40_000))  # now and then past INLINE_BYTES
+            recorder.event({"type": "agent_message", "message": n, "pad": "x" * size})
+            step = chooser.random()
+            if step < 0.3:
+                durable.append(recorder.flush_durable())
+            elif step < 0.5:
+                recorder.flush()
+            if step > 0.9:
+                await asyncio.sleep(chooser.choice((0, 0.001)))
+        await asyncio.gather(*durable, *(r.flush_durable() for r in recorders))
+        seen = [[r["payload"]["message"] for r in lines(rec.path)] for rec in recorders]
+        assert sorted(n for file in seen for n in file) == list(range(900))
+        assert all(file == sorted(file) for file in seen)
+        assert writer._inline is not slow_disk
     finally:
         await writer.aclose()
 

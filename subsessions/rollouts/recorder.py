@@ -4,8 +4,9 @@ Sessions append serialised lines to an in-memory buffer and hand it to the
 writer at their await points (before a model call, at the end of a task). The
 writer thread opens, appends and closes each file, batching everything that
 queued up meanwhile, so no descriptor is held per idle session (10,000
-children fit under `ulimit -n 1024`), the event loop never waits on the disk,
-and a durable flush resolves once the bytes are in the file.
+children fit under `ulimit -n 1024`), the event loop does not wait on the disk
+(but for a small ending while the thread is idle, see `submit`), and a durable
+flush resolves once the bytes are in the file.
 
 A parent's line naming a child must never reach the disk before the child's
 `session_meta` (a kill in between would leave a mention without a child, where the
@@ -38,6 +39,9 @@ from subsessions.rollouts.files import make_private_dirs
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 _REPAIR = _APPEND & ~os.O_WRONLY | os.O_RDWR  # after a failed append: read its last byte
 
+INLINE_BYTES = 16 * 1024  # a durable chunk this small may be written on the loop
+INLINE_SECONDS = 0.002  # ... as long as no such write ever took longer
+
 # Called on the event loop once a chunk is in its file (None) or could not be written.
 Written = Callable[[RolloutError | None], None]
 _Waiter = tuple[Written, str]
@@ -57,6 +61,7 @@ class RolloutWriter:
         self._idle = False  # the thread is (about to be) waiting for work
         self._failed: dict[str, str] = {}  # lost writes, reported at the next durable flush
         self._torn: set[str] = set()  # a failed append may have left a line unended here
+        self._inline = True  # small durable chunks may be appended on the loop (see submit)
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping else "running" if self._thread else "idle"
@@ -65,9 +70,24 @@ class RolloutWriter:
     def submit(
         self, path: str, data: bytes | bytearray, waiter: Written | None, depth: int = 0
     ) -> None:
-        """Queue a chunk; in a batch, files of a greater `depth` are written first."""
+        """Queue a chunk; in a batch, files of a greater `depth` are written first.
+
+        A small chunk someone waits for (an ending) is appended right here when the thread
+        has nothing queued or in hand: the order of every file is then still the order of
+        submits, and the waiter (a `cancel_child`) is spared two thread hand-offs. A file
+        system slow enough to make that stall the loop turns it off for good."""
         if self._stopping:
             raise RuntimeError("rollout writer is closed")
+        if (waiter is not None and self._inline and len(data) <= INLINE_BYTES
+                and not self._queue and (self._thread is None or self._idle)):
+            if data:  # an empty flush only waits for what came before it: written already
+                started = time.perf_counter()
+                self._append(path, data)
+                if time.perf_counter() - started > INLINE_SECONDS:
+                    self._inline = False
+            problem = self._failed.pop(path, None)
+            waiter(None if problem is None else RolloutError(path, problem))
+            return
         if self._thread is None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._run, name="rollout-writer", daemon=True)
@@ -131,7 +151,7 @@ class RolloutWriter:
         with contextlib.suppress(RuntimeError):  # the loop is gone; nobody is left to tell
             self._loop.call_soon_threadsafe(callback, *args)
 
-    def _append(self, path: str, data: bytes) -> None:
+    def _append(self, path: str, data: bytes | bytearray) -> None:
         try:
             folder = os.path.dirname(path)
             if folder not in self._made_dirs:
@@ -169,7 +189,7 @@ def _ends_torn(fd: int) -> bool:
     return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
-def _cut_to_whole_line(fd: int, data: bytes, written: int) -> int:
+def _cut_to_whole_line(fd: int, data: bytes | bytearray, written: int) -> int:
     """Drop what a failed append wrote after its last whole line; how much of it stays.
 
     The file has one writer (this thread), so it ended where this append began."""
