@@ -385,7 +385,7 @@ class SubsessionManager:
         if record.finished.done():
             return False
         record.cancel()
-        await asyncio.wait((record.finished,))
+        await asyncio.shield(record.finished)  # a cancelled caller leaves the ending alone
         return isinstance(record.state, Cancelled)
 
     def mark_seen(self, session_id: str) -> None:

@@ -370,10 +370,21 @@ class Session:
         """Run one task to TaskComplete and return the last assistant message."""
         return await self.runtime.run_owned(self.run_task(prompt), self.session_id)
 
-    async def run_task(self, prompt: str) -> str | None:
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise InvalidArguments("send_and_wait", "prompt must be a non-empty string")
-        return await self._run(self._claim(), prompt)
+    async def run_task(self, prompt: str, first: bool | None = None) -> str | None:
+        """One task, claimed here unless the caller claimed it (`first` known): one frame
+        per running child, not two."""
+        if first is None:
+            if not isinstance(prompt, str) or not prompt.strip():
+                raise InvalidArguments("send_and_wait", "prompt must be a non-empty string")
+            first = self._claim()
+        try:
+            return await (self.runtime.backend or task.IN_PROCESS).run_task(self, prompt, first)
+        finally:
+            if self._phase is Phase.RUNNING:
+                self._phase = Phase.IDLE
+            if self.parent is None:  # a child's flush is awaited by its manager instead
+                self.wake()
+                await self.recorder.flush_durable()
 
     def _claim(self) -> bool:
         """The session is running a task from now on (refused if it is); whether it is its
@@ -388,16 +399,6 @@ class Session:
         self.write_meta()
         self._phase = Phase.RUNNING
         return first
-
-    async def _run(self, first: bool, prompt: str) -> str | None:
-        try:
-            return await (self.runtime.backend or task.IN_PROCESS).run_task(self, prompt, first)
-        finally:
-            if self._phase is Phase.RUNNING:
-                self._phase = Phase.IDLE
-            if self.parent is None:  # a child's flush is awaited by its manager instead
-                self.wake()
-                await self.recorder.flush_durable()
 
     def wake(self) -> None:
         """`wake_on_child_end`: children ended unseen while this top-level session is idle,
@@ -415,7 +416,7 @@ class Session:
 
     async def _woken(self, first: bool, notices: str) -> None:
         try:
-            await self._run(first, notices)
+            await self.run_task(notices, first)
         except SubsessionError as exc:  # its ending is in the rollout and the events
             log.info("task woken by a child's ending failed: %s", exc)
 
