@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import threading
 import time
 
@@ -36,14 +37,16 @@ class _Uuid7:
                 self._millis, self._counter = self._millis + 1, 0
             if self._at == len(self._pool):
                 self._pool, self._at = os.urandom(8 * 512), 0
-            tail = int.from_bytes(self._pool[self._at:self._at + 8], "big")
+            tail = _WORD.unpack_from(self._pool, self._at)[0] >> 2  # 62 random bits
             self._at += 8
             millis, counter = self._millis, self._counter
-        value = (millis << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | (tail >> 2)
-        text = f"{value:032x}"
-        return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+        # unix_ts_ms (48) | ver 7 (4) + counter (12) | var 0b10 (2) + 62 random bits
+        return _FORMAT % (millis >> 16, millis & 0xFFFF, 0x7000 | counter,
+                          0x8000 | tail >> 48, tail & 0xFFFF_FFFF_FFFF)
 
 
+_WORD = struct.Struct(">Q")
+_FORMAT = "%08x-%04x-%04x-%04x-%012x"
 new_session_id = _Uuid7()
 
 
