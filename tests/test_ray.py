@@ -8,6 +8,7 @@ to the worker nodes, one each. Node loss removes a worker node from the cluster 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import threading
@@ -393,27 +394,30 @@ async def test_a_child_cancelled_before_a_shard_took_it_ends_once_as_cancelled(
     assert script.seen["too late"] == []  # its model was never asked
 
 
-async def test_run_with_ray_auto_runs_the_child_on_a_shard_of_the_running_cluster(
-    fake_openai: Any, tmp_path: Path, ray_cluster: Any
-) -> None:
+async def _run_with_ray(fake_openai: Any, tmp_path: Path, ray_cluster: Any,
+                        worker: Any) -> tuple[str, str, Path]:
     """`subsessions run --ray auto` as a user runs it: a process that joins the cluster
     named by RAY_ADDRESS, whose shard builds its own client to the (loopback) provider
-    from the run's settings."""
+    from the run's settings. The parent spawns a worker (answered by `worker`), waits for
+    it and says what it got. Returns its stdout, stderr and home."""
     import json
 
     from fake_openai import call, calls, text
-    from openai_support import TIMEOUT, cli_env, rollouts, tool_outputs
+    from openai_support import TIMEOUT, cli_env, tool_outputs
 
     def script(request: Any) -> Any:
         if "You are a worker." in json.dumps(request.body):
-            return text("42, from a shard")
+            return worker(request)
         done = tool_outputs(request)
         if not done:
             return calls(call("create_session", {"session_type": "worker", "prompt": "6 * 7?"}))
         if len(done) == 1:
             child = json.loads(done[0])["session_id"]
             return calls(call("wait_session", {"session_id": child, "timeout_ms": 20_000}))
-        return text("The answer is " + json.loads(done[1])["result"])
+        waited = done[1]  # the result, or what the failure says
+        with contextlib.suppress(ValueError):
+            waited = json.loads(waited)["result"]
+        return text(f"The answer is {waited}")
 
     fake_openai.script = script
     home = tmp_path / "home"
@@ -433,13 +437,63 @@ async def test_run_with_ray_auto_runs_the_child_on_a_shard_of_the_running_cluste
         await proc.wait()
         raise
     assert proc.returncode == 0, err.decode()
-    # Ray's driver prints the cluster's errors (a node another test removed) to stdout too,
-    # before the answer: a known shortcoming, reported to the lead
-    assert out.decode().splitlines()[-1] == "The answer is 42, from a shard"
+    return out.decode(), err.decode(), home
+
+
+async def test_run_with_ray_auto_runs_the_child_on_a_shard_of_the_running_cluster(
+    fake_openai: Any, tmp_path: Path, ray_cluster: Any
+) -> None:
+    from fake_openai import text
+    from openai_support import rollouts
+
+    out, _, home = await _run_with_ray(fake_openai, tmp_path, ray_cluster,
+                                       lambda request: text("42, from a shard"))
+    assert out == "The answer is 42, from a shard\n"
     found = rollouts(home)
     assert len(found) == 2
     [child] = [r for r in found.values() if r[0]["payload"]["source"] != "cli"]
     assert child[0]["payload"]["session_type"] == "worker"
+
+
+def _shard_processes() -> set[int]:
+    """The pids of this machine's shard actors (Ray names an actor's worker process
+    `ray::Shard...`)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes().startswith(b"ray::Shard"):
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+async def test_run_with_ray_prints_only_its_answer_when_its_shard_dies_mid_run(
+    fake_openai: Any, tmp_path: Path, ray_cluster: Any
+) -> None:
+    """The shard running the worker dies while the worker waits for its model: the driver's
+    Ray reports the dead worker, on stderr; stdout carries the answer alone."""
+    import os
+    import signal
+
+    from fake_openai import text
+
+    before = _shard_processes()
+    killed: list[int] = []
+
+    def worker(request: Any) -> Any:
+        for pid in _shard_processes() - before:  # the run's shards (one per node)
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        return text("never heard")
+
+    out, err, _ = await _run_with_ray(fake_openai, tmp_path, ray_cluster, worker)
+    assert killed
+    [answer] = out.splitlines(keepends=True)
+    assert answer.startswith("The answer is ") and answer.endswith("\n")
+    assert " failed: worker lost: shard " in answer
+    assert "ray (raylet): A worker died or was killed" in err
 
 
 async def test_grandchildren_starting_on_two_shards_never_overshoot_the_trees_limit(

@@ -222,6 +222,7 @@ class RayBackend:
                      configure_logging=False)
         else:
             ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+        _cluster_errors_to_log(True)
 
     def _model_source(self, runtime: Runtime) -> tuple[str, Any]:
         if self.model_settings is not None:
@@ -246,6 +247,34 @@ class RayBackend:
             await pool.close(CLOSE_SECONDS)
         if self._owns_ray:
             await asyncio.to_thread(import_ray().shutdown)
+            _cluster_errors_to_log(False)
+
+
+def _cluster_errors_to_log(on: bool) -> None:
+    """Ray's driver prints the cluster's errors (a worker or node that died) to stdout from
+    a thread of its own, whatever `ray.init` is told (`listen_error_messages` calls the
+    module's `print_to_stdstream`, Ray 2.60). Stdout is our output: while we own the
+    connection they go to our logger instead (a warning: stderr unless logging says else)."""
+    from ray._private import worker
+
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None:  # another Ray: nothing to reroute
+        return
+    if on and not isinstance(original, _ToLog):
+        worker.print_to_stdstream = _ToLog(original)
+    elif not on and isinstance(original, _ToLog):
+        worker.print_to_stdstream = original.original
+
+
+@define
+class _ToLog:
+    """Stands in for Ray's `print_to_stdstream` in its error thread: each line is logged."""
+
+    original: Any
+
+    def __call__(self, data: Mapping[str, Any], ignore_prefix: bool = False) -> None:
+        for line in data.get("lines", ()):
+            log.warning("ray (%s): %s", data.get("pid", "cluster"), str(line).rstrip())
 
 
 async def _send(shard: ShardRef, session_id: str, message: str) -> bool:
