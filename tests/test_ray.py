@@ -197,10 +197,9 @@ async def test_a_running_remote_childs_listing_shows_its_usage_and_last_message_
     await asyncio.wait_for(second.wait(), 30)  # what it sent before this call has been seen
     [listed] = [info.listing() for info in manager.children()]
     assert listed["status"] == "running" and listed["last_message"] == "half way"
-    assert {k: listed["usage"][k] for k in ("input_tokens", "output_tokens", "total_tokens",
-                                             "turns")} == {"input_tokens": 30,
-                                                           "output_tokens": 12,
-                                                           "total_tokens": 42, "turns": 1}
+    # as in process: the call in flight counts as a turn, the tool it ran before it counts
+    assert listed["usage"] == {"input_tokens": 30, "output_tokens": 12, "total_tokens": 42,
+                               "turns": 2, "tool_calls": 1}
     gate.set_result(["all done", tokens(1, 1)])
     assert await manager.wait_child(cid) == "all done"
     assert manager.info(cid).usage.as_dict() == {
@@ -527,3 +526,43 @@ async def test_grandchildren_starting_on_two_shards_never_overshoot_the_trees_li
     outs = [o for p in ("a", "b") for o in outputs(script.seen[p][1])]
     refused = [o for o in outs if "sub-session limit reached (max_children=3)" in o["output"]]
     assert (len(outs), len(refused)) == (4, 3)  # one started: 2 children + 1 = the limit
+
+
+async def test_a_remote_childs_clock_counts_from_its_spawn_not_from_when_a_shard_took_it(
+    home: Path, script: Script, ray_cluster: Any
+) -> None:
+    """Its shard cannot start until a node with `late` joins, after its time is up: once
+    there, it ends at once, rather than a whole `max_seconds` later."""
+    import time
+
+    from ray_support import SHARD_OPTIONS, add_worker
+
+    from subsessions import Budget
+
+    script.hold("in time?")
+    options = {**SHARD_OPTIONS, "resources": {"late": 0.01}}
+    backend = RayBackend(shards=1, model_on_driver=True, actor_options=options)
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        cid = await parent.subsessions.spawn_child("worker", "in time?",
+                                                   budget=Budget(max_seconds=1.0))
+        spawned = time.monotonic()
+        await asyncio.sleep(1.5)
+        node = add_worker(ray_cluster, {"late": 1})
+        try:
+            with pytest.raises(ChildFailed, match=r"seconds limit 1 reached"):
+                await parent.subsessions.wait_child(cid, timeout=60)
+            assert time.monotonic() - spawned >= 1.5
+        finally:
+            ray_cluster.remove_node(node)
+    records = rollout_of(home, cid).records
+    began = next(r for r in records if r["type"] == "turn_context")
+    ended = records[-1]
+    assert ended["payload"]["type"] == "turn_aborted"
+    assert _seconds(ended) - _seconds(began) < 0.6  # not the whole second again
+
+
+def _seconds(record: dict[str, Any]) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00")).timestamp()

@@ -318,8 +318,9 @@ def _spec(child: Session, prompt: str) -> ChildSpec:
         ),
         relay_events=listening(child.events),
         cancel_first=child.cancel_requested,
-        budget=child.budget,  # its clock starts on the shard (starting shards is not its time)
+        budget=child.budget,
         inbox=tuple(child.inbox),
+        elapsed=child.meter.elapsed(),
         tree_budget=parent.root.budget,
         tree_spent=(parent.root.meter.turns, parent.root.meter.tokens),
     )
