@@ -566,3 +566,47 @@ def _seconds(record: dict[str, Any]) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+async def test_a_follow_up_runs_on_its_childs_shard_or_on_a_live_one_once_that_is_gone(
+    engine: Engine, script: Script
+) -> None:
+    """send_message to an ended remote child: its next task runs on the shard it ran on
+    (not the least loaded), with its history read there from its rollout; once that shard
+    is gone, on a live one."""
+    import ray
+
+    gate: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    async def work(request: Any) -> Any:
+        return ["first answer"] if len(script.seen["work"]) == 1 else await gate
+
+    script.handlers["work"] = work
+    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+    manager = parent.subsessions
+    other = await spawn_held(parent, script, "elsewhere")  # on shard 0: `work` goes to 1
+    cid = await manager.spawn_child("worker", "work")
+    assert await manager.wait_child(cid) == "first answer"
+    script.answer("elsewhere", ["done"])
+    await manager.wait_child(other)
+    pool = _backend(engine).pool
+    assert pool is not None
+    assert await manager.send_message(cid, "more") == "started"
+    await asyncio.wait_for(_until(lambda: len(script.seen["work"]) == 2), 30)
+    assert [s.load for s in pool.shards] == [0, 1]  # its shard, though both are idle
+    gate.set_result(["second answer"])
+    assert await manager.wait_child(cid) == "second answer"
+    ray.kill(pool.shards[1].actor, no_restart=True)
+    await asyncio.wait_for(_until(lambda: not pool.shards[1].alive), 30)
+    assert await manager.send_message(cid, "again") == "started"
+    assert await manager.wait_child(cid, timeout=60) == "second answer"  # the same gate
+    third = script.seen["work"][2]
+    assert [i["content"][0]["text"] for i in third.items if i.get("role") == "user"] == [
+        "work", "more", "again"]
+    assert manager.info(cid).usage.turns == 3
+    assert len(terminals(rollout_of(engine.runtime.home, cid))) == 3
+
+
+async def _until(condition: Any) -> None:
+    while not condition():  # noqa: ASYNC110
+        await asyncio.sleep(0.02)

@@ -27,11 +27,12 @@ from subsessions.errors import (
 )
 from subsessions.events import SessionEvent
 from subsessions.meter import Meter, Stop
-from subsessions.models.base import ModelRequest, ModelResponse
+from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import LoadedProfile
 from subsessions.ray.channel import Channel, Message
 from subsessions.ray.wire import Call, ChildSpec, Event, Outcome, Room, RootSpec, Spent, ToolSpec
+from subsessions.rollouts.reader import read_rollout
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 from subsessions.settings import Settings
@@ -146,6 +147,10 @@ class ShardChild(Session):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stopped = False  # a stop was claimed or delivered
+        self.follow_up = False  # its task is a later one: no session start, as in process
+
+    def _claim(self) -> bool:
+        return super()._claim() and not self.follow_up
 
     def stop(self, error: BudgetExhausted | None) -> None:
         """Deliver a cancel (with `error`: it ends `budget_limited`) once."""
@@ -338,10 +343,16 @@ class Shard:
                            resumed=(spec.session_id, spec.rollout_path),
                            tool_context=spec.tool_context, budget=spec.budget)
         child.started_at = spec.started_at
+        if spec.follow_up:  # the same history, usage and meter its last task ended with
+            child.follow_up = True
+            child.history.extend(read_rollout(spec.rollout_path).response_items())
+            tokens_in, tokens_out, child.turns, child.router.calls = spec.usage
+            child.token_usage = TokenUsage(tokens_in, tokens_out)
         if spec.tree_budget is not None:
             child.count_in_tree(spec.tree_budget, *spec.tree_spent, partial(
                 self._spent, spec.root.session_id))
         child.meter.started -= spec.elapsed  # its clock counts from its spawn in the driver
+        child.meter.turns, child.meter.tokens = spec.spent
         child.inbox.extend(spec.inbox)
         # Usage always goes to the driver (its listing, its tree's budget); the rest only
         # when someone listens there.

@@ -64,6 +64,9 @@ class ChildSpec:
     tree_spent: tuple[int, int] = (0, 0)  # ...and what the tree had spent: (turns, tokens)
     inbox: tuple[str, ...] = ()  # messages sent to it before it was sent here
     elapsed: float = 0.0  # seconds since its spawn in the driver: its clock counts from there
+    follow_up: bool = False  # a later task (send_message to it ended): history from its rollout
+    usage: tuple[int, int, int, int] = (0, 0, 0, 0)  # its tasks' so far: tokens in, out, turns,
+    spent: tuple[int, int] = (0, 0)  # tool calls; and its meter's (turns, tokens)
 
 
 @frozen
