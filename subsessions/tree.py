@@ -67,6 +67,9 @@ class SessionTree:
         """`check_room`, where a tree shared with another process asks the one counting it."""
         self.check_room(parent_depth)
 
+    def unadmit(self) -> None:
+        """An admitted child did not start after all (nothing is taken in process)."""
+
     def check_running(self) -> None:
         """Refuse one more running child beyond the tree's running limit."""
         if self._running >= self.max_children:

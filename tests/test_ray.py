@@ -610,3 +610,59 @@ async def test_a_follow_up_runs_on_its_childs_shard_or_on_a_live_one_once_that_i
 async def _until(condition: Any) -> None:
     while not condition():  # noqa: ASYNC110
         await asyncio.sleep(0.02)
+
+
+async def test_a_spawn_failing_on_a_shard_gives_back_what_the_driver_admitted(
+    home: Path, script: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard's side of a tree (its stand-in's `ShardTree`) spawning against the driver's
+    real admission (`Answerer`), joined by their real channel in this process: a spawn that
+    fails once the driver admitted it is given back, so spawns up to the limit still start."""
+    import os
+    from types import SimpleNamespace
+
+    from subsessions import ChildLimitReached
+    from subsessions.ray.channel import Channel
+    from subsessions.ray.host import Answerer
+    from subsessions.ray.shard import ShardTree
+
+    async with Engine(home, model_client=script.model) as engine:
+        config = SessionConfig(custom_agents=(WORKER,), max_children=2)
+        root = await engine.create_session(config)
+        channel = Channel()
+        shard = SimpleNamespace(index=0, actor=SimpleNamespace(
+            answer=SimpleNamespace(remote=channel.answer)))
+        answerer = Answerer(engine.runtime, {})
+
+        async def pump() -> None:
+            while True:
+                answerer.receive(shard, await channel.outbox.get())
+
+        stand_in = Session(engine.runtime, config, resumed=(root.session_id, os.devnull))
+        stand_in.tree = ShardTree(config, engine.runtime.profiles, channel=channel,
+                                  root_id=root.session_id)
+        pumping = asyncio.get_running_loop().create_task(pump())
+        real = Session.new_child
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            monkeypatch.setattr(Session, "new_child", real)  # fails once
+            raise OSError("no room on this disk")
+
+        try:
+            monkeypatch.setattr(Session, "new_child", broken)
+            with pytest.raises(OSError, match="no room on this disk"):
+                await stand_in.subsessions.spawn_child("worker", "fails")
+            await asyncio.sleep(0.05)  # the pump hands the driver what the shard sent
+            assert root.tree.running == 0
+            held = [await spawn_held(stand_in, script, f"held {n}") for n in range(2)]
+            assert root.tree.running == 2
+            with pytest.raises(ChildLimitReached):
+                await stand_in.subsessions.spawn_child("worker", "one too many")
+            for n, cid in enumerate(held):
+                script.answer(f"held {n}", ["done"])
+                await stand_in.subsessions.wait_child(cid)
+            await asyncio.sleep(0.05)
+            assert root.tree.running == 0
+        finally:
+            pumping.cancel()
+            await asyncio.wait((pumping,))

@@ -95,6 +95,11 @@ class ShardTree(SessionTree):
         if not asked.cancelled() and asked.exception() is None:
             self.channel.send(Room(self.root_id, -1))
 
+    def unadmit(self) -> None:
+        """Its spawn failed after the driver counted it: the driver's count goes back."""
+        self._admitted -= 1
+        self.channel.send(Room(self.root_id, -1))
+
     def child_started(self) -> None:
         super().child_started()
         if self._admitted:
