@@ -666,3 +666,19 @@ async def test_a_spawn_failing_on_a_shard_gives_back_what_the_driver_admitted(
         finally:
             pumping.cancel()
             await asyncio.wait((pumping,))
+
+
+async def test_a_child_that_cannot_be_sent_to_a_shard_fails_and_leaves_no_load(
+    engine: Engine, script: Script
+) -> None:
+    """A host tool whose definition holds what cannot be pickled: the child fails with the
+    reason, and its shard counts no child that never reached it."""
+    odd = Tool("odd", "holds a lock", {**ONE_TOOL, "x-lock": threading.Lock()},
+               lambda arguments, invocation: "ok")
+    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,), tools=(odd,)))
+    cid = await parent.subsessions.spawn_child("worker", "never sent")
+    with pytest.raises(ChildFailed, match="lock"):
+        await parent.subsessions.wait_child(cid, timeout=60)
+    pool = _backend(engine).pool
+    assert pool is not None and [s.load for s in pool.shards] == [0, 0]
+    assert script.seen["never sent"] == []

@@ -165,9 +165,9 @@ class RayBackend:
         self._hosts[spec.session_id] = child
         self._shard_of[spec.session_id] = shard.index  # where a follow-up goes
         shard.load += 1
-        ref = shard.actor.run_child.remote(spec)
-        child.mailbox = partial(_send, shard, spec.session_id)
         try:
+            ref = shard.actor.run_child.remote(spec)  # (a spec that cannot be sent raises)
+            child.mailbox = partial(_send, shard, spec.session_id)
             try:
                 outcome: Outcome = await ref
                 return outcome
