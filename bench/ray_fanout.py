@@ -5,7 +5,9 @@ of a local `ray.cluster_utils.Cluster`, every process on 127.0.0.1), each child 
 session answered by a scripted model that travels to the shards as configuration, then
 waits for every result. Baseline: the same N children in process, in the same run.
 Rounds alternate baseline and subject (A B A B), each in a fresh directory, after a warm-up;
-figures are per child (min / median / max) and the median ratio. Then cancel latency for
+figures are per child (min / median / max) and the median ratio. Then one more Ray round
+with a turn limit on the tree (each model call on a shard is granted its turn by the driver
+first), against the Ray rounds without it. Then cancel latency for
 remote children held in their model call: p50 / p99 of `cancel_child` (the call returns once
 the child's ending is in its rollout), against the same in process.
 
@@ -38,7 +40,7 @@ from typing import Any
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray: keep it on loopback
 
-from subsessions import Engine, RayBackend, ScriptedModel, SessionConfig
+from subsessions import Budget, Engine, RayBackend, ScriptedModel, SessionConfig
 from subsessions.models.base import ModelRequest
 from subsessions.profiles import load_profiles
 
@@ -73,12 +75,14 @@ def backend(shards: int) -> RayBackend:
     return RayBackend(shards=shards, actor_options={"num_cpus": 0, "resources": {"shard": 0.01}})
 
 
-async def fan_out(home: Path, n: int, ray_shards: int | None) -> float:
-    """Seconds from the first spawn to the last result (the backend already started)."""
+async def fan_out(home: Path, n: int, ray_shards: int | None, turns: bool = False) -> float:
+    """Seconds from the first spawn to the last result (the backend already started);
+    with `turns`, the tree has a turn limit (never reached) that each model call asks for."""
     chosen = backend(ray_shards) if ray_shards else None
+    budget = Budget(max_turns=10 * n + 100) if turns else None
     async with Engine(home, model_client=ScriptedModel(answer), profiles=PROFILES,
                       backend=chosen) as engine:
-        parent = await engine.create_session(SessionConfig(max_children=n + 10))
+        parent = await engine.create_session(SessionConfig(max_children=n + 10, budget=budget))
         warm = [await parent.subsessions.spawn_child("default", PROMPT) for _ in range(4)]
         await parent.subsessions.wait_all(warm)  # shards started and warm
         start = time.perf_counter()
@@ -138,6 +142,9 @@ async def main(args: argparse.Namespace) -> None:
     print(_row("ray (2 nodes)", remote))
     print(f"per-child overhead ratio (median ray / in process): "
           f"{statistics.median(remote) / statistics.median(local):.1f}x")
+    granted = await fan_out(run / "ray-turns", args.n, 2, turns=True) / args.n * 1e6
+    print(f"ray with a turn limit on the tree: {granted:.1f} us/child; ratio against ray "
+          f"without one: {granted / statistics.median(remote):.2f}x")
     local_c = await cancel_latency(run / "cancel-local", args.cancels, None)
     remote_c = await cancel_latency(run / "cancel-ray", args.cancels, 2)
     for name, values in (("in process", local_c), ("ray (2 nodes)", remote_c)):

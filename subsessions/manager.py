@@ -169,11 +169,15 @@ class SubsessionManager:
             chosen, config = derived
         tree = parent.tree
         await tree.admit(parent.depth)
-        call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name a spawning call
-        if not parent.is_child:  # a top-level rollout starts with its first task or child
-            parent.write_meta()
-        child = parent.new_child(config, chosen, call_id, budget)
-        task = runtime.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
+        try:
+            call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
+            if not parent.is_child:  # a top-level rollout starts with its first task or child
+                parent.write_meta()
+            child = parent.new_child(config, chosen, call_id, budget)
+            task = runtime.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
+        except BaseException:
+            tree.unadmit()  # it never starts: what admitting it took is given back
+            raise
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
         # naming a child that has no rollout.

@@ -31,7 +31,7 @@ from subsessions.items import (
 )
 from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
-from subsessions.models.base import ModelRequest, TokenUsage
+from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.rollouts import records
 from subsessions.router import RouterHost, ToolRouter
 
@@ -267,7 +267,7 @@ async def _turns(host: TaskHost) -> str | None:
             fallback_models=host.profile.fallback_models if host.profile else (),
         )
         host.turns += 1
-        response = await client.respond(request)
+        response: ModelResponse = await host.tree.respond(host, client, request)
         answered = response.model or host.model
         if answered not in (host.model, host.answered_by):
             recorder.event(records.background(

@@ -8,7 +8,7 @@ meter; a child's budget is clamped here to what its parent and the tree have lef
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from attrs import define, field
@@ -67,6 +67,9 @@ class SessionTree:
         """`check_room`, where a tree shared with another process asks the one counting it."""
         self.check_room(parent_depth)
 
+    def unadmit(self) -> None:
+        """An admitted child did not start after all (nothing is taken in process)."""
+
     def check_running(self) -> None:
         """Refuse one more running child beyond the tree's running limit."""
         if self._running >= self.max_children:
@@ -81,6 +84,12 @@ class SessionTree:
         self._running -= 1
         if self.meter is not None and self.meter.active:
             self._quiet()
+
+    def respond(self, host: Any, client: Any, request: Any) -> Awaitable[Any]:
+        """One model call of a session of this tree (a tree counted in another process,
+        a shard's share of it, tells that process first)."""
+        call: Awaitable[Any] = client.respond(request)
+        return call
 
     def root_busy(self, busy: bool) -> None:
         """The root's task started or ended: the tree's clock rings only while work runs."""

@@ -53,6 +53,14 @@ def limited(kind: str, limit: str) -> dict[str, Any]:
             "message": f"budget exhausted: {kind} limit {limit} reached"}
 
 
+async def warmed(engine: Engine, root_config: SessionConfig) -> Any:
+    """A top-level session whose children's place is ready: on Ray a child's clock counts
+    from its spawn, and starting the shards is not what these tests time."""
+    root = await engine.create_session(root_config)
+    await root.subsessions.wait_child(await root.subsessions.spawn_child("worker", "warm-up"))
+    return root
+
+
 def busy(spent: int, text: str = "working") -> Any:
     """A model that says `text`, calls a tool and reports `spent` tokens, every turn."""
     return lambda request: [text, call("noop"), tokens(spent)]
@@ -154,7 +162,7 @@ async def test_the_clock_cancels_a_child_in_the_middle_of_its_model_call(
 ) -> None:
     script.hold("slow")
     async with Engine(home, model_client=script.model, backend=backend) as engine:
-        parent = await engine.create_session(config())
+        parent = await warmed(engine, config())
         manager = parent.subsessions
         cid = await manager.spawn_child("worker", "slow", budget=Budget(max_seconds=0.2))
         with pytest.raises(ChildFailed, match=r"seconds limit 0\.2 reached"):
@@ -262,6 +270,24 @@ async def test_when_the_trees_budget_is_spent_every_session_of_it_ends_budget_li
             await root.send_and_wait("more")
     for session_id in (root.session_id, a, b):
         assert terminals(rollout_of(home, session_id))[-1] == limited("tokens", "500")
+
+
+async def test_children_never_make_a_model_call_past_the_trees_turn_limit(
+    home: Path, script: Script, backend: Any
+) -> None:
+    """Two children working at once (on two shards on Ray) share the tree's three turns:
+    three calls are made in all, and every session ends on the tree's limit."""
+    script.handlers["a"] = script.handlers["b"] = busy(1)
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
+        root = await engine.create_session(config(budget=Budget(max_turns=3)))
+        kids = [await root.subsessions.spawn_child("worker", p) for p in ("a", "b")]
+        for cid in kids:
+            with pytest.raises(ChildFailed, match="budget exhausted: turns limit 3 reached"):
+                await root.subsessions.wait_child(cid, timeout=60)
+        assert len(script.seen["a"]) + len(script.seen["b"]) == 3
+        assert root.meter.turns == 3
+    for cid in kids:
+        assert terminals(rollout_of(home, cid)) == [limited("turns", "3")]
 
 
 async def test_the_trees_clock_ends_children_of_an_idle_root(
@@ -404,7 +430,7 @@ async def test_the_clock_cancels_a_tool_in_flight(
     script.handlers["job"] = lambda r: ["calling the slow tool", call("slow")]
     tools = (Tool("slow", "Takes an hour.", handler=slow),)
     async with Engine(home, model_client=script.model, backend=backend) as engine:
-        root = await engine.create_session(SessionConfig(custom_agents=(WORKER,), tools=tools))
+        root = await warmed(engine, SessionConfig(custom_agents=(WORKER,), tools=tools))
         cid = await root.subsessions.spawn_child("worker", "job",
                                                  budget=Budget(max_seconds=0.3))
         await asyncio.wait_for(running.wait(), 10)

@@ -90,9 +90,9 @@ async def test_list_sessions_shows_each_childs_status_live_usage_and_last_messag
     assert [e["session_id"] for e in body["sessions"]] == [busy, quick]
     running, done = body["sessions"]
     assert running["status"] == "running" and running["last_message"] is None
-    # its call is in flight: counted in process; a remote child's once answered
+    # its call is in flight: counted as it began (on a shard too)
     assert running["usage"] == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
-                                "turns": 0 if backend else 1, "tool_calls": 0}
+                                "turns": 1, "tool_calls": 0}
     assert done == {"session_id": quick, "session_type": "worker", "status": "completed",
                     "usage": {"input_tokens": 30, "output_tokens": 12, "total_tokens": 42,
                               "turns": 1, "tool_calls": 0},

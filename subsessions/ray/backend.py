@@ -92,6 +92,7 @@ class RayBackend:
     _starting: asyncio.Task[Shards] | None = field(default=None, init=False)
     _owns_ray: bool = field(default=False, init=False)
     _hosts: dict[str, Session] = field(factory=dict, init=False)  # remote children by id
+    _shard_of: dict[str, int] = field(factory=dict, init=False)  # their last shard, by id
 
     def __attrs_post_init__(self) -> None:
         require_ray()
@@ -108,14 +109,15 @@ class RayBackend:
 
     # -- the seam: where a task runs --------------------------------------------------------
     def run_task(self, host_session: Any, prompt: str, first: bool) -> Awaitable[str | None]:
-        """Children of top-level sessions run on a shard; every other task runs here."""
-        if not isinstance(host_session, Session) or host_session.depth != 1 or not first:
+        """Children of top-level sessions run on a shard, their follow-ups too (on the same
+        shard while it lives); every other task runs here."""
+        if not isinstance(host_session, Session) or host_session.depth != 1:
             return task.run(host_session, prompt, first)
-        return self._run_remote(host_session, prompt)
+        return self._run_remote(host_session, prompt, first)
 
-    async def _run_remote(self, child: Session, prompt: str) -> str | None:
+    async def _run_remote(self, child: Session, prompt: str, first: bool) -> str | None:
         if child.cancel_requested or child.budget_stop is not None:  # stopped before it began
-            return await task.run(child, prompt, True)  # it ends here, as in process
+            return await task.run(child, prompt, first)  # it ends here, as in process
         child.task_begins()  # from here a cancel reaches this task, and through it the shard
         child.meter.disarm()  # its clock rings on the shard, which counts what it spends
         try:
@@ -123,14 +125,15 @@ class RayBackend:
                 pool = await self._started(child.runtime)
                 # Its session_meta (written here) is in the file before the shard appends.
                 await child.recorder.flush_durable()
-                shard = await pool.place()
+                shard = await pool.place(self._shard_of.get(child.session_id))
             except asyncio.CancelledError:  # no shard has it yet: it ends here, as in process
                 child.cancel_at_first_step()
-                await task.run(child, prompt, True)
+                await task.run(child, prompt, first)
                 raise
             assert child.parent is not None
-            spec = _spec(child, prompt)
+            spec = _spec(child, prompt, first)
             child.inbox.clear()  # they travel in the spec
+            child.history = []  # a follow-up's shard reads it from the rollout
             outcome = await self._run_on(shard, spec, child)
         finally:
             child.mailbox = None
@@ -144,7 +147,7 @@ class RayBackend:
         child.turns = outcome.turns
         child.router.calls = outcome.tool_calls
         child.answered_by = outcome.answered_by
-        child.meter.turns, child.meter.tokens = outcome.spent  # a follow-up runs here
+        child.meter.turns, child.meter.tokens = outcome.spent
         if outcome.budget_stop is not None:
             stop = BudgetExhausted(*outcome.budget_stop)
             child.claim_budget_stop(stop)
@@ -161,10 +164,11 @@ class RayBackend:
         that ended by itself first keeps that ending; a second cancel (close) is `ray.cancel`."""
         ray = import_ray()
         self._hosts[spec.session_id] = child
+        self._shard_of[spec.session_id] = shard.index  # where a follow-up goes
         shard.load += 1
-        ref = shard.actor.run_child.remote(spec)
-        child.mailbox = partial(_send, shard, spec.session_id)
         try:
+            ref = shard.actor.run_child.remote(spec)  # (a spec that cannot be sent raises)
+            child.mailbox = partial(_send, shard, spec.session_id)
             try:
                 outcome: Outcome = await ref
                 return outcome
@@ -223,6 +227,7 @@ class RayBackend:
                      configure_logging=False)
         else:
             ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+        _cluster_errors_to_log(True)
 
     def _model_source(self, runtime: Runtime) -> tuple[str, Any]:
         if self.model_settings is not None:
@@ -247,6 +252,34 @@ class RayBackend:
             await pool.close(CLOSE_SECONDS)
         if self._owns_ray:
             await asyncio.to_thread(import_ray().shutdown)
+            _cluster_errors_to_log(False)
+
+
+def _cluster_errors_to_log(on: bool) -> None:
+    """Ray's driver prints the cluster's errors (a worker or node that died) to stdout from
+    a thread of its own, whatever `ray.init` is told (`listen_error_messages` calls the
+    module's `print_to_stdstream`, Ray 2.60). Stdout is our output: while we own the
+    connection they go to our logger instead (a warning: stderr unless logging says else)."""
+    from ray._private import worker
+
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None:  # another Ray: nothing to reroute
+        return
+    if on and not isinstance(original, _ToLog):
+        worker.print_to_stdstream = _ToLog(original)
+    elif not on and isinstance(original, _ToLog):
+        worker.print_to_stdstream = original.original
+
+
+@define
+class _ToLog:
+    """Stands in for Ray's `print_to_stdstream` in its error thread: each line is logged."""
+
+    original: Any
+
+    def __call__(self, data: Mapping[str, Any], ignore_prefix: bool = False) -> None:
+        for line in data.get("lines", ()):
+            log.warning("ray (%s): %s", data.get("pid", "cluster"), str(line).rstrip())
 
 
 async def _send(shard: ShardRef, session_id: str, message: str) -> bool:
@@ -260,7 +293,7 @@ async def _send(shard: ShardRef, session_id: str, message: str) -> bool:
     return accepted
 
 
-def _spec(child: Session, prompt: str) -> ChildSpec:
+def _spec(child: Session, prompt: str, first: bool) -> ChildSpec:
     parent = child.parent
     assert parent is not None
     root = parent.config
@@ -290,8 +323,13 @@ def _spec(child: Session, prompt: str) -> ChildSpec:
         ),
         relay_events=listening(child.events),
         cancel_first=child.cancel_requested,
-        budget=child.budget,  # its clock starts on the shard (starting shards is not its time)
+        budget=child.budget,
         inbox=tuple(child.inbox),
+        elapsed=child.meter.elapsed(),
+        follow_up=not first,
+        usage=(child.token_usage.input_tokens, child.token_usage.output_tokens, child.turns,
+               child.router.calls),
+        spent=(child.meter.turns, child.meter.tokens),
         tree_budget=parent.root.budget,
         tree_spent=(parent.root.meter.turns, parent.root.meter.tokens),
     )

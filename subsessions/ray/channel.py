@@ -13,9 +13,9 @@ from typing import Any
 from attrs import define, field
 
 from subsessions.errors import RemoteError
-from subsessions.ray.wire import Cancel, Event, Request, Room
+from subsessions.ray.wire import Call, Cancel, Event, Request, Room, Spent
 
-Message = Request | Event | Cancel | Room
+Message = Request | Event | Cancel | Room | Call | Spent
 
 
 @define(eq=False)

@@ -14,15 +14,22 @@ import contextlib
 import logging
 from typing import Any, Protocol
 
-from attrs import define, field, fields
+from attrs import define, evolve, field, fields
 
 from subsessions.clock import clock
 from subsessions.config import Hooks, Invocation
 from subsessions.dispatch import call_maybe_async
-from subsessions.errors import SubsessionError, ToolNotSupported, UnknownSession, error_text
+from subsessions.errors import (
+    BudgetExhausted,
+    SubsessionError,
+    ToolNotSupported,
+    UnknownSession,
+    error_text,
+)
 from subsessions.events import EventHub, SessionEvent, emit
 from subsessions.models.base import TokenUsage
-from subsessions.ray.wire import Cancel, Event, Request, Room
+from subsessions.ray.channel import Message
+from subsessions.ray.wire import Call, Event, Request, Room, Spent
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 from subsessions.usage import Usage
@@ -46,13 +53,20 @@ class Answerer:
     # descendants running on a shard, by (shard, root): counted in the root's tree
     _rooms: dict[tuple[int, str], int] = field(factory=dict)
 
-    def receive(self, shard: Replier, message: Request | Event | Cancel | Room) -> None:
+    def receive(self, shard: Replier, message: Message) -> None:
         if isinstance(message, Event):
             self._forward(message)
+        elif isinstance(message, Call):
+            self._call_begins(message.child_id, message.session_id, message.turns,
+                              message.tool_calls)
         elif isinstance(message, Room):
             self._room(shard.index, message.root_id, message.delta)
+        elif isinstance(message, Spent):
+            self._end_tree(message.root_id, BudgetExhausted(message.kind, message.limit))
         elif isinstance(message, Request) and message.kind == "room":
             self._admit(shard, message)
+        elif isinstance(message, Request) and message.kind == "turn":
+            self._grant(shard, message)
         elif isinstance(message, Request):
             key = (shard.index, message.request_id)
             call = asyncio.get_running_loop().create_task(
@@ -85,6 +99,45 @@ class Answerer:
             return
         self._room(shard.index, request.root_id, 1)
         shard.actor.answer.remote(request.request_id, True, None)
+
+    def _grant(self, shard: Replier, request: Request) -> None:
+        """A model call begins on a shard in a tree with a turn limit: the turn is counted
+        here at once (the call's tokens when it is answered), or refused when none is left,
+        and then the whole tree ends, as in process once its budget is spent."""
+        self._call_begins(request.child_id, *request.args)
+        try:
+            root, _ = self.runtime.dispatcher.resolve_session(request.root_id)
+        except UnknownSession as exc:
+            shard.actor.answer.remote(request.request_id, False, error_text(exc))
+            return
+        meter = root.meter
+        limit = meter.limits.max_turns
+        granted: int | None = None
+        if limit is None or meter.turns < limit:
+            meter.turns += 1
+            granted = meter.turns
+        shard.actor.answer.remote(request.request_id, True, granted)
+        if granted is None and limit is not None:
+            meter.stop(BudgetExhausted("turns", limit))
+
+    def _end_tree(self, root_id: str, error: BudgetExhausted) -> None:
+        with contextlib.suppress(UnknownSession):
+            root, _ = self.runtime.dispatcher.resolve_session(root_id)
+            root.meter.stop(error)
+
+    def _call_begins(self, child_id: str, session_id: str, turns: int, calls: int) -> None:
+        """A model call in a remote child's subtree begins: its live usage counts the turn
+        (its tokens come when it is answered), as in process, and the tools it called."""
+        child = self.hosts.get(child_id)
+        if child is None:
+            return
+        if session_id == child_id:
+            child.turns = max(child.turns, turns)
+            child.router.calls = max(child.router.calls, calls)
+        else:
+            known = child.elsewhere.get(session_id, Usage())
+            child.elsewhere[session_id] = evolve(known, turns=max(known.turns, turns),
+                                                 tool_calls=max(known.tool_calls, calls))
 
     def _room(self, index: int, root_id: str, delta: int) -> None:
         key = (index, root_id)
@@ -181,10 +234,10 @@ def _spent(child: Session, event: Event) -> None:
     meter = child.root.meter
     if not meter.active:
         return
-    limit = meter.limits.max_turns
-    # A call made once the tree's turns were spent wanted more (the shard cannot know).
-    reached = meter.charge(data["last"]["total_tokens"],
-                           limit is not None and meter.turns >= limit)
+    if meter.limits.max_turns is not None:
+        meter.turns -= 1  # counted when the shard was granted it; charged again just below
+    # Whether it wanted more is the shard's to judge: its share of the tree stops the tree.
+    reached = meter.charge(data["last"]["total_tokens"], False)
     if reached is not None:
         reached[0].stop(reached[1])
 

@@ -100,9 +100,12 @@ class Shards:
             self._pump(shard), name=f"subsessions-ray-pump-{shard.index}")
         return shard
 
-    async def place(self) -> ShardRef:
-        """The least-loaded live shard (a new one when each holds `per_shard` and the
-        number of shards was left to us)."""
+    async def place(self, before: int | None = None) -> ShardRef:
+        """Shard `before` (where a child ran its last task) while it lives, else the
+        least-loaded live shard (a new one when each holds `per_shard` and the number of
+        shards was left to us)."""
+        if before is not None and self.shards[before].alive:
+            return self.shards[before]
         live = self.live
         best = min(live, key=lambda s: (s.load, s.index), default=None)
         if self.count is None and (best is None or best.load >= self.per_shard):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,12 +26,13 @@ from subsessions.errors import (
     error_text,
 )
 from subsessions.events import SessionEvent
-from subsessions.meter import Meter
-from subsessions.models.base import ModelRequest, ModelResponse
+from subsessions.meter import Meter, Stop
+from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import LoadedProfile
 from subsessions.ray.channel import Channel, Message
-from subsessions.ray.wire import ChildSpec, Event, Outcome, Room, RootSpec, ToolSpec
+from subsessions.ray.wire import Call, ChildSpec, Event, Outcome, Room, RootSpec, Spent, ToolSpec
+from subsessions.rollouts.reader import read_rollout
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 from subsessions.settings import Settings
@@ -49,7 +50,36 @@ class ShardTree(SessionTree):
 
     channel: Channel = field(kw_only=True)
     root_id: str = field(kw_only=True)
+    turn_limit: int | None = field(default=None, kw_only=True)  # the tree's max_turns
     _admitted: int = field(default=0, init=False)  # counted by the driver, not started yet
+
+    def respond(self, host: Any, client: Any, request: Any) -> Awaitable[Any]:
+        return self._respond(host, client, request)
+
+    async def _respond(self, host: Session, client: Any, request: ModelRequest) -> Any:
+        """The driver hears of each model call as it begins (the child's live usage). With
+        a turn limit the tree's turn is granted there first, so calls on several shards
+        never overshoot it; none left: the tree is spent, this session stops here."""
+        top = host
+        while top.parent is not None and top.parent.parent is not None:
+            top = top.parent
+        limit = self.turn_limit
+        if limit is None:
+            self.channel.send(Call(self.root_id, top.session_id, host.session_id, host.turns,
+                                   host.router.calls))
+            return await client.respond(request)
+        granted = await self.channel.ask(self.root_id, "turn", "", host.session_id,
+                                         host.turns, host.router.calls,
+                                         child_id=top.session_id)
+        if granted is None:
+            error = BudgetExhausted("turns", limit)
+            host.claim_budget_stop(error)
+            raise error
+        response = await client.respond(request)
+        # its charge (next, with nothing awaited between) makes the tree's count `granted`:
+        # the tree's last turn, wanting more, stops the tree as in process
+        host.meter.root.turns = granted - 1
+        return response
 
     async def admit(self, parent_depth: int) -> None:
         self.check_room(parent_depth)  # the depth, and what this shard alone runs
@@ -64,6 +94,11 @@ class ShardTree(SessionTree):
     def _unadmit(self, asked: asyncio.Future[Any]) -> None:
         if not asked.cancelled() and asked.exception() is None:
             self.channel.send(Room(self.root_id, -1))
+
+    def unadmit(self) -> None:
+        """Its spawn failed after the driver counted it: the driver's count goes back."""
+        self._admitted -= 1
+        self.channel.send(Room(self.root_id, -1))
 
     def child_started(self) -> None:
         super().child_started()
@@ -117,6 +152,10 @@ class ShardChild(Session):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stopped = False  # a stop was claimed or delivered
+        self.follow_up = False  # its task is a later one: no session start, as in process
+
+    def _claim(self) -> bool:
+        return super()._claim() and not self.follow_up
 
     def stop(self, error: BudgetExhausted | None) -> None:
         """Deliver a cancel (with `error`: it ends `budget_limited`) once."""
@@ -131,11 +170,11 @@ class ShardChild(Session):
         else:  # not begun (or ended): its first line ends it, its `finally` writes that
             self.cancel_at_first_step()
 
-    def count_in_tree(self, limits: Budget, turns: int, tokens: int) -> None:
+    def count_in_tree(self, limits: Budget, turns: int, tokens: int, spent: Stop) -> None:
         """Count what it spends against its tree's limits too, from what the tree had spent
-        at its spawn: a limit reached is named as in process (the highest). The driver's
-        meter of the tree, told each model call, stops the rest of the tree."""
-        share = Meter(limits, self.meter.parent, alarms=self.tree.alarms)
+        at its spawn (its turns as the driver grants them): a limit reached is named as in
+        process (the highest) and `spent` tells the driver, which ends the whole tree."""
+        share = Meter(limits, None, spent, alarms=self.tree.alarms)
         share.turns, share.tokens = turns, tokens
         self.meter = Meter(self.meter.limits, share, self.stop_for_budget, self.tree.alarms)
 
@@ -203,7 +242,7 @@ class Shard:
         is a cancel too (its own children first, as in process)."""
         runtime = self._runtime
         runtime.start_flusher()
-        stand_in = self._stand_in(spec.root, spec.relay_events)
+        stand_in = self._stand_in(spec.root, spec.relay_events, spec.tree_budget)
         child = self._child(spec, stand_in)
         if spec.cancel_first:
             child.stop(None)
@@ -265,7 +304,7 @@ class Shard:
         await runtime.aclose()
 
     # -- the stand-in for a top-level session, and its children ----------------------------
-    def _stand_in(self, root: RootSpec, relay: bool) -> Session:
+    def _stand_in(self, root: RootSpec, relay: bool, budget: Budget | None) -> Session:
         known = self._roots.get(root.session_id)
         if known is not None:
             self._roots[root.session_id] = (known[0], known[1] + 1)
@@ -285,7 +324,8 @@ class Shard:
         # It writes nothing (the driver's session has the rollout): it never runs a task.
         stand_in = Session(self._runtime, config, resumed=(root.session_id, os.devnull))
         stand_in.tree = ShardTree(config, self._runtime.profiles, channel=self._channel,
-                                  root_id=root.session_id)
+                                  root_id=root.session_id,
+                                  turn_limit=None if budget is None else budget.max_turns)
         if relay:
             stand_in.on(partial(self._relay_own, root.session_id))
         self._runtime.dispatcher.register(stand_in)
@@ -308,14 +348,25 @@ class Shard:
                            resumed=(spec.session_id, spec.rollout_path),
                            tool_context=spec.tool_context, budget=spec.budget)
         child.started_at = spec.started_at
+        if spec.follow_up:  # the same history, usage and meter its last task ended with
+            child.follow_up = True
+            child.history.extend(read_rollout(spec.rollout_path).response_items())
+            tokens_in, tokens_out, child.turns, child.router.calls = spec.usage
+            child.token_usage = TokenUsage(tokens_in, tokens_out)
         if spec.tree_budget is not None:
-            child.count_in_tree(spec.tree_budget, *spec.tree_spent)
+            child.count_in_tree(spec.tree_budget, *spec.tree_spent, partial(
+                self._spent, spec.root.session_id))
+        child.meter.started -= spec.elapsed  # its clock counts from its spawn in the driver
+        child.meter.turns, child.meter.tokens = spec.spent
         child.inbox.extend(spec.inbox)
         # Usage always goes to the driver (its listing, its tree's budget); the rest only
         # when someone listens there.
         relay = partial(self._relay, spec.root.session_id, spec.session_id)
         child.on(relay if spec.relay_events else partial(self._metered, relay))
         return child
+
+    def _spent(self, root_id: str, error: BudgetExhausted) -> None:
+        self._channel.send(Spent(root_id, error.kind, error.limit))
 
     @staticmethod
     def _metered(relay: Any, event: SessionEvent) -> None:

@@ -63,6 +63,10 @@ class ChildSpec:
     tree_budget: Budget | None = None  # its tree's limits (None: none)...
     tree_spent: tuple[int, int] = (0, 0)  # ...and what the tree had spent: (turns, tokens)
     inbox: tuple[str, ...] = ()  # messages sent to it before it was sent here
+    elapsed: float = 0.0  # seconds since its spawn in the driver: its clock counts from there
+    follow_up: bool = False  # a later task (send_message to it ended): history from its rollout
+    usage: tuple[int, int, int, int] = (0, 0, 0, 0)  # its tasks' so far: tokens in, out, turns,
+    spent: tuple[int, int] = (0, 0)  # tool calls; and its meter's (turns, tokens)
 
 
 @frozen
@@ -94,6 +98,27 @@ class Room:
 
     root_id: str
     delta: int
+
+
+@frozen
+class Call:
+    """A model call begins in a remote child's subtree: its live usage counts it at once,
+    as in process (a tree with a turn limit asks for the turn instead, kind `turn`)."""
+
+    root_id: str
+    child_id: str
+    session_id: str
+    turns: int  # the session's model calls, this one included
+    tool_calls: int  # and its tool calls so far
+
+
+@frozen
+class Spent:
+    """A limit of the tree's budget was reached on a shard: the driver ends the tree."""
+
+    root_id: str
+    kind: str
+    limit: float
 
 
 @frozen
