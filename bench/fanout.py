@@ -27,6 +27,7 @@ import asyncio
 import gc
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -210,9 +211,11 @@ async def interleaved(base: Path, tag: str, runs: dict[str, Run], n: int, latenc
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             gc.collect()  # the last run's garbage is not collected on this one's time
-            elapsed, in_gc = await clock.time(runs[name](base / f"{tag}-{name}-{r}", n, latency))
+            folder = base / f"{tag}-{name}-{r}"
+            elapsed, in_gc = await clock.time(runs[name](folder, n, latency))
             times[name].append(elapsed)
             times[f"{name} gc"].append(in_gc)
+            shutil.rmtree(folder, ignore_errors=True)  # 100,000 files a run: not left behind
     return times
 
 
@@ -338,14 +341,18 @@ async def run(args: argparse.Namespace) -> None:
           f"gc thresholds {gc.get_threshold()}, python {sys.version.split()[0]}")
     others_before = _cpu_of_others()
     clock = CollectorClock()
-    for name, warm in (("anchor", anchor), ("equal", equal), ("subject", subject)):
-        await warm(base / f"warm-{name}", 500, 0.0)
-    phases = {"fanout": fan_out, "collect": collecting, "latency": latency, "budget": budgets}
-    for phase in args.phases:
-        if phase == "memory":
-            memory(base, [n for n in args.sizes if n >= 10_000] or args.sizes)
-        else:
-            await phases[phase](base, args, clock)
+    try:
+        for name, warm in (("anchor", anchor), ("equal", equal), ("subject", subject)):
+            await warm(base / f"warm-{name}", 500, 0.0)
+        phases = {"fanout": fan_out, "collect": collecting, "latency": latency,
+                  "budget": budgets}
+        for phase in args.phases:
+            if phase == "memory":
+                memory(base, [n for n in args.sizes if n >= 10_000] or args.sizes)
+            else:
+                await phases[phase](base, args, clock)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak RSS of this process {peak / 1024:.0f} MiB; other load during the run: "
           f"{_cpu_of_others() - others_before:.1f} CPU s")

@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -152,6 +153,7 @@ async def main(args: argparse.Namespace) -> None:
               f"p99 {_pct(values, 99):7.2f} ms  (n = {len(values)})")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"driver peak RSS {peak:.0f} MiB; gc.freeze not used")
+    shutil.rmtree(run, ignore_errors=True)
 
 
 if __name__ == "__main__":
