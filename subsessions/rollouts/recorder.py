@@ -62,6 +62,7 @@ class RolloutWriter:
         self._failed: dict[str, str] = {}  # lost writes, reported at the next durable flush
         self._torn: set[str] = set()  # a failed append may have left a line unended here
         self._inline = True  # small durable chunks may be appended on the loop (see submit)
+        self._inline_spent = False  # one was, in this turn of the loop
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping else "running" if self._thread else "idle"
@@ -74,13 +75,18 @@ class RolloutWriter:
 
         A small chunk someone waits for (an ending) is appended right here when the thread
         has nothing queued or in hand: the order of every file is then still the order of
-        submits, and the waiter (a `cancel_child`) is spared two thread hand-offs. A file
-        system slow enough to make that stall the loop turns it off for good."""
+        submits, and the waiter (a `cancel_child`) is spared two thread hand-offs. One such
+        write per turn of the loop: a burst of endings (`abort_all_children`) goes to the
+        thread in one batch. A file system slow enough to make that stall the loop turns
+        it off for good."""
         if self._stopping:
             raise RuntimeError("rollout writer is closed")
         if (waiter is not None and self._inline and len(data) <= INLINE_BYTES
-                and not self._queue and (self._thread is None or self._idle)):
+                and not self._inline_spent and not self._queue
+                and (self._thread is None or self._idle)):
             if data:  # an empty flush only waits for what came before it: written already
+                self._inline_spent = True
+                asyncio.get_running_loop().call_soon(self._inline_again)
                 started = time.perf_counter()
                 self._append(path, data)
                 if time.perf_counter() - started > INLINE_SECONDS:
@@ -95,6 +101,9 @@ class RolloutWriter:
         self._queue.append((path, data, waiter, depth))
         if self._idle:  # a busy writer drains the queue before it sleeps again
             self._wake.set()
+
+    def _inline_again(self) -> None:
+        self._inline_spent = False
 
     async def aclose(self) -> None:
         """Write everything queued, then stop the thread."""
