@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
@@ -281,24 +280,6 @@ class ChildRecord(Generic[S]):
             last_message=session.last_message,
             budget=session.budget,
         )
-
-
-async def wait_for(records: Sequence[ChildRecord[Any]], seconds: float | None, *,
-                   every: bool) -> None:
-    """Wait for the first (or every) one of `records` to settle, or for the timeout."""
-    pending = [r.finished for r in records if not r.finished.done()]
-    if not pending or (seconds is not None and seconds <= 0):
-        return
-    if not every and len(pending) < len(records):
-        return  # one has ended already
-    for record in records:
-        record.waiters += 1
-    try:
-        when = asyncio.ALL_COMPLETED if every else asyncio.FIRST_COMPLETED
-        await asyncio.wait(pending, timeout=seconds, return_when=when)
-    finally:
-        for record in records:
-            record.waiters -= 1
 
 
 @frozen

@@ -1,7 +1,7 @@
 """SubsessionManager: one per session; spawns, tracks, waits for and cancels its children.
 
 The manager never builds a session: it asks its owner (`new_child`), and it is typed
-against the `Member` protocol below, what it needs of its owner and of the children.
+against the `Member` protocol (member.py), what it needs of its owner and of the children.
 Tree-wide limits and profiles live in the owner's `SessionTree`; each child's one
 ending in its `ChildRecord`.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
+from collections.abc import Coroutine
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
-from subsessions import composition
+from subsessions import composition, waits
 from subsessions.budget import Budget
 from subsessions.children import (
-    MAX_WAIT_SECONDS,
     Cancelled,
     ChildInfo,
     ChildRecord,
@@ -28,82 +28,18 @@ from subsessions.children import (
     Pending,
     RunResult,
     WaitResult,
-    checked_seconds,
-    wait_for,
 )
-from subsessions.config import SessionConfig, Tool, as_child_config, filter_tools
-from subsessions.dispatch import Caller
+from subsessions.config import SessionConfig, as_child_config, filter_tools
 from subsessions.errors import (
     BudgetExhausted,
-    ChildNotFinished,
-    ChildTimeout,
     InvalidArguments,
     SessionBusy,
     UnknownSession,
     error_text,
 )
-from subsessions.models.base import TokenUsage
+from subsessions.member import Member
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts import records
-from subsessions.rollouts.recorder import RolloutRecorder
-from subsessions.runtime import Runtime
-from subsessions.tree import SessionTree
-from subsessions.usage import Usage
-
-
-class Member(Caller, Protocol):
-    """What the manager needs of the session that owns it and of the children it asks for."""
-
-    depth: int
-    model: str
-    @property
-    def is_child(self) -> bool: ...
-    @property
-    def ended(self) -> bool: ...  # a child whose one task has written its ending
-    @property
-    def started(self) -> bool: ...
-    @property
-    def begun(self) -> bool: ...
-    @property
-    def wrote_meta(self) -> bool: ...
-    runtime: Runtime
-    tree: SessionTree
-    recorder: RolloutRecorder
-    @property
-    def rollout_path(self) -> str: ...
-    @property
-    def subsessions(self) -> SubsessionManager: ...
-    @property
-    def spawned(self) -> SubsessionManager | None: ...
-    @property
-    def answering_model(self) -> str: ...
-    token_usage: TokenUsage
-    @property
-    def tool_calls(self) -> int: ...
-    turns: int
-    budget_stop: BudgetExhausted | None
-    last_message: str | None
-    @property
-    def budget(self) -> Budget | None: ...
-    inbox: list[str]
-    taking_messages: bool
-    elsewhere: dict[str, Usage]  # usage of descendants run by another process (Ray)
-
-    async def take_message(self, message: str) -> bool: ...
-
-    def tools(self) -> tuple[Tool, ...]: ...
-    def usage(self, include_children: bool = False) -> Usage: ...
-    def cancel_at_first_step(self) -> None: ...
-    def write_meta(self) -> None: ...
-    def release(self) -> None: ...
-    def child_config(self, profile: Profile) -> SessionConfig: ...
-    def new_child(self, config: SessionConfig, profile: Profile, call_id: str,
-                  budget: Budget | None = None) -> Member: ...
-    def hand_over_head(self) -> None: ...
-    def prepare_follow_up(self) -> None: ...
-    def wake(self) -> None: ...
-    async def run_task(self, prompt: str) -> str | None: ...
-
 
 _spawn_ids = itertools.count(1)
 Record = ChildRecord[Member]
@@ -290,66 +226,26 @@ class SubsessionManager:
         return [cid for cid, child in self._children.items() if not child.finished.done()]
 
     # -- waiting and cancelling -------------------------------------------------------------
-    async def wait_child(self, session_id: str, timeout: float | None = None) -> str | None:
-        """The child's last assistant message. `None` waits forever, `<= 0` does not wait."""
-        if timeout is None:  # `gather(wait_child(...))` over thousands: one frame, no wait set
-            record = self._lookup(session_id)
-            finished = record.finished
-            if not finished.done():
-                record.waiters += 1
-                try:
-                    await asyncio.shield(finished)
-                finally:
-                    record.waiters -= 1
-            record.waited = True
-            return record.result()
-        seconds = checked_seconds("wait_child", timeout)
-        label = 0 if seconds is None or seconds <= 0 else max(1, round(seconds * 1000))
-        return await self._wait(session_id, seconds, label)
+    def wait_child(
+        self, session_id: str, timeout: float | None = None
+    ) -> Coroutine[Any, Any, str | None]:
+        """The child's last assistant message. `None` waits forever, `<= 0` does not wait.
+        (A coroutine, as `async def` would give, without a frame of its own.)"""
+        return waits.wait_child(self._lookup, session_id, timeout)
 
-    async def wait_child_ms(self, session_id: str, timeout_ms: int | None) -> str | None:
+    def wait_child_ms(
+        self, session_id: str, timeout_ms: int | None
+    ) -> Coroutine[Any, Any, str | None]:
         """`wait_child` in milliseconds, as the `wait_session` tool takes it."""
-        seconds = None if timeout_ms is None else min(timeout_ms / 1000, MAX_WAIT_SECONDS)
-        return await self._wait(session_id, seconds, timeout_ms or 0)
-
-    async def _wait(self, session_id: str, seconds: float | None, label_ms: int) -> str | None:
-        record = self._lookup(session_id)
-        if not record.finished.done():
-            if seconds is not None and seconds <= 0:
-                raise ChildNotFinished(session_id)
-            await wait_for([record], seconds, every=True)
-            if not record.finished.done():
-                raise ChildTimeout(session_id, label_ms)
-        record.waited = True
-        return record.result()
+        return waits.wait_child_ms(self._lookup, session_id, timeout_ms)
 
     async def wait_any(self, session_ids: list[str], timeout: float | None = None) -> WaitResult:
         """Return once one of the children has ended (with all that ended by then)."""
-        return await self._wait_many(session_ids, timeout, every=False)
+        return await waits.wait_many(self._children, session_ids, timeout, every=False)
 
     async def wait_all(self, session_ids: list[str], timeout: float | None = None) -> WaitResult:
         """Return once every child has ended, or at the timeout with what has ended so far."""
-        return await self._wait_many(session_ids, timeout, every=True)
-
-    async def _wait_many(
-        self, session_ids: list[str], timeout: float | None, *, every: bool
-    ) -> WaitResult:
-        if isinstance(session_ids, str) or not all(isinstance(i, str) for i in session_ids):
-            raise InvalidArguments("wait_any/wait_all", "session_ids must be a list of ids")
-        seconds = checked_seconds("wait_any/wait_all", timeout)
-        known = {i: self._children[i] for i in dict.fromkeys(session_ids) if i in self._children}
-        unknown = tuple(i for i in dict.fromkeys(session_ids) if i not in self._children)
-        records = list(known.values())
-        await wait_for(records, seconds, every=every)
-        ended = [r for r in records if r.finished.done()]
-        for record in ended:
-            record.waited = True
-        satisfied = len(ended) == len(records) if every else bool(ended) or not records
-        return WaitResult(
-            children={cid: r.info() for cid, r in known.items()},
-            unknown=unknown,
-            timed_out=not satisfied,
-        )
+        return await waits.wait_many(self._children, session_ids, timeout, every=True)
 
     @property
     def has_children(self) -> bool:

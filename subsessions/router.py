@@ -19,13 +19,17 @@ from subsessions.events import emit
 from subsessions.handlers import ask_user
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.items import Item, function_call_output
-from subsessions.manager import Member
+from subsessions.manager import SubsessionManager
+from subsessions.member import Member
 from subsessions.tools.schema import check_arguments, parse_arguments
 from subsessions.tree import Specs
 
 
 class RouterHost(Member, Protocol):
     """What the router needs of its session beyond what the manager does."""
+
+    @property
+    def subsessions(self) -> SubsessionManager: ...  # the sub-session tools act on it
 
     def allows(self, tool_name: str) -> bool: ...
 

@@ -14,8 +14,8 @@ import logging
 from subsessions.config import SessionConfig
 from subsessions.engine import Engine
 from subsessions.errors import EngineClosed, UnknownSession
-from subsessions.manager import Member
 from subsessions.mcp.task_store import TaskRegistry
+from subsessions.member import Member
 from subsessions.rollouts.files import check_id
 from subsessions.session import Session
 from subsessions.settings import Settings

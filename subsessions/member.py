@@ -1,0 +1,78 @@
+"""Member: what a children manager needs of the session that owns it and of its children.
+
+The manager is typed against this protocol, never against `Session`, so the session
+module sits above it (it builds sessions; the manager only asks for them).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from subsessions.budget import Budget
+from subsessions.config import SessionConfig, Tool
+from subsessions.dispatch import Caller
+from subsessions.errors import BudgetExhausted
+from subsessions.models.base import TokenUsage
+from subsessions.profiles import Profile
+from subsessions.rollouts.recorder import RolloutRecorder
+from subsessions.runtime import Runtime
+from subsessions.tree import SessionTree
+from subsessions.usage import Usage
+
+
+class Family(Protocol):
+    """A member's own children, as far as its parent's manager reads them."""
+
+    def tree(self) -> list[Member]: ...
+
+
+class Member(Caller, Protocol):
+    """What the manager needs of the session that owns it and of the children it asks for."""
+
+    depth: int
+    model: str
+    @property
+    def is_child(self) -> bool: ...
+    @property
+    def ended(self) -> bool: ...  # a child whose one task has written its ending
+    @property
+    def started(self) -> bool: ...
+    @property
+    def begun(self) -> bool: ...
+    @property
+    def wrote_meta(self) -> bool: ...
+    runtime: Runtime
+    tree: SessionTree
+    recorder: RolloutRecorder
+    @property
+    def rollout_path(self) -> str: ...
+    @property
+    def spawned(self) -> Family | None: ...  # its children, if it ever had any
+    @property
+    def answering_model(self) -> str: ...
+    token_usage: TokenUsage
+    @property
+    def tool_calls(self) -> int: ...
+    turns: int
+    budget_stop: BudgetExhausted | None
+    last_message: str | None
+    @property
+    def budget(self) -> Budget | None: ...
+    inbox: list[str]
+    taking_messages: bool
+    elsewhere: dict[str, Usage]  # usage of descendants run by another process (Ray)
+
+    async def take_message(self, message: str) -> bool: ...
+
+    def tools(self) -> tuple[Tool, ...]: ...
+    def usage(self, include_children: bool = False) -> Usage: ...
+    def cancel_at_first_step(self) -> None: ...
+    def write_meta(self) -> None: ...
+    def release(self) -> None: ...
+    def child_config(self, profile: Profile) -> SessionConfig: ...
+    def new_child(self, config: SessionConfig, profile: Profile, call_id: str,
+                  budget: Budget | None = None) -> Member: ...
+    def hand_over_head(self) -> None: ...
+    def prepare_follow_up(self) -> None: ...
+    def wake(self) -> None: ...
+    async def run_task(self, prompt: str) -> str | None: ...
