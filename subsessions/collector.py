@@ -36,6 +36,8 @@ class CollectorPacer:
         return self._found is not None
 
     def hold(self, holder: int) -> None:
+        if holder in self._tasks:
+            return
         if self._holders == 0:
             self._found, self._ours = gc.get_threshold(), None
         self._holders += 1

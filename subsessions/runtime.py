@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -23,6 +24,7 @@ from subsessions.profiles import LoadedProfile
 from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
 
 T = TypeVar("T")
+_pace_tokens = itertools.count()
 FLUSH_SECONDS = 0.1
 DRAIN_SECONDS = 10.0  # how long close waits for tasks before cancelling what is left
 
@@ -63,6 +65,8 @@ class Runtime:
     _tasks: set[asyncio.Task[Any]] = field(factory=set, init=False)
     _top_tasks: dict[asyncio.Task[Any], str] = field(factory=dict, init=False)
     _phase: Phase = field(default=Phase.OPEN, init=False)
+    # its name in the collector's ledger (not id(): an engine dropped unclosed may share one)
+    _pace_token: int = field(factory=lambda: next(_pace_tokens), init=False)
 
     @property
     def closed(self) -> bool:
@@ -100,7 +104,7 @@ class Runtime:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
         if not len(tasks) % collector.STEP:  # fewer tasks are seen by the flusher
-            collector.pacer.follow(id(self), len(tasks))
+            collector.pacer.follow(self._pace_token, len(tasks))
         return task
 
     async def run_owned(self, coro: Coroutine[Any, Any, T], session_id: str = "") -> T:
@@ -149,7 +153,7 @@ class Runtime:
     def start_flusher(self) -> None:
         if self._flusher is None:
             if self.pace_collector:
-                collector.pacer.hold(id(self))
+                collector.pacer.hold(self._pace_token)
             self._flusher = asyncio.get_running_loop().create_task(
                 self._flush_periodically(), name="subsessions-rollout-flusher"
             )
@@ -158,7 +162,7 @@ class Runtime:
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
             self.flush_unwritten()
-            collector.pacer.follow(id(self), len(self._tasks))
+            collector.pacer.follow(self._pace_token, len(self._tasks))
 
     def flush_unwritten(self) -> None:
         dirty = list(self.unwritten)
@@ -175,5 +179,5 @@ class Runtime:
     async def aclose(self) -> None:
         """The last step of closing: the writer thread ends once everything is written."""
         self._phase = Phase.CLOSED
-        collector.pacer.release(id(self))
+        collector.pacer.release(self._pace_token)
         await self.writer.aclose()
