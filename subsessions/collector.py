@@ -23,31 +23,24 @@ STEP = 1024  # the task count is looked at again after changing by this much
 class CollectorPacer:
     """Process-wide: engines share one collector, so one ledger of who raised it."""
 
-    __slots__ = ("_found", "_holders", "_ours", "_tasks")
+    __slots__ = ("_found", "_ours", "_tasks")
 
     def __init__(self) -> None:
-        self._holders = 0
         self._found: tuple[int, int, int] | None = None  # thresholds before the first engine
         self._ours: tuple[int, int, int] | None = None  # what we set last (None: unchanged)
-        self._tasks: dict[int, int] = {}  # tasks owned, by holder
-
-    @property
-    def pacing(self) -> bool:
-        return self._found is not None
+        self._tasks: dict[int, int] = {}  # tasks owned, by holder (every open engine)
 
     def hold(self, holder: int) -> None:
         if holder in self._tasks:
             return
-        if self._holders == 0:
+        if not self._tasks:
             self._found, self._ours = gc.get_threshold(), None
-        self._holders += 1
         self._tasks[holder] = 0
 
     def release(self, holder: int) -> None:
         if self._tasks.pop(holder, None) is None:
             return
-        self._holders -= 1
-        if self._holders == 0:
+        if not self._tasks:
             found, ours = self._found, self._ours
             if found is not None and ours is not None and gc.get_threshold() == ours:
                 gc.set_threshold(*found)
