@@ -25,6 +25,7 @@ from subsessions.ray.backend import backend_from
 from subsessions.rollouts.cli import add_rollout_commands, run_rollouts
 from subsessions.serve.server import add_serve_command, run_serve_command
 from subsessions.settings import Settings, load_settings, with_overrides
+from subsessions.watch.command import add_watch_command, run_watch
 
 T = TypeVar("T")
 
@@ -121,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     show_profile.add_argument("name")
 
     add_rollout_commands(commands, common)
+    add_watch_command(commands, common)
     return parser
 
 
@@ -171,6 +173,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         return run_serve_command(args, home, settings_from_args(args, home))
     if args.command == "profiles":
         return _profiles(args, home, out)
+    if args.command == "watch":
+        return run_watch(args, home, out)
     return run_rollouts(args, home, out)
 
 

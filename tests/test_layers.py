@@ -119,7 +119,9 @@ LAYERS: dict[int, tuple[str, ...]] = {
     8: ("", "__main__", "cli", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.server",
         "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
         "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",
-        "serve.peer", "serve.served", "serve.server", "serve.wire", "testing"),
+        "serve.peer", "serve.served", "serve.server", "serve.wire", "testing", "watch",
+        "watch.app", "watch.cells", "watch.command", "watch.follower", "watch.forest",
+        "watch.stats", "watch.table"),
 }
 
 

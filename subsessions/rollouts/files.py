@@ -84,12 +84,16 @@ def rollout_entries(home: str | os.PathLike[str]) -> list[RolloutEntry]:
     folder fails later, when it is opened (`O_NOFOLLOW`), as "not a rollout".
     """
     found: list[RolloutEntry] = []
-    for year in _subdirs(os.path.join(home, "sessions")):
-        for month in _subdirs(year):
-            for day in _subdirs(month):
-                found.extend(_files(day))
+    for day in day_folders(home):
+        found.extend(folder_entries(day))
     found.sort()
     return found
+
+
+def day_folders(home: str | os.PathLike[str]) -> list[str]:
+    """The `sessions/YYYY/MM/DD` folders of the home (the only places rollouts are made)."""
+    return [day for year in _subdirs(os.path.join(home, "sessions"))
+            for month in _subdirs(year) for day in _subdirs(month)]
 
 
 def _subdirs(folder: str) -> list[str]:
@@ -100,7 +104,8 @@ def _subdirs(folder: str) -> list[str]:
         return []
 
 
-def _files(folder: str) -> list[RolloutEntry]:
+def folder_entries(folder: str) -> list[RolloutEntry]:
+    """(id, path) of the rollout files in one day folder, by name alone, unsorted."""
     try:
         names = os.listdir(folder)  # much cheaper than scandir for thousands of names
     except OSError:
