@@ -44,6 +44,7 @@ class WatchApp(App[None]):
         self._second = 0
         self._shorts: dict[str, str] = {}
         self._header = ""
+        self._live = 0
 
     def compose(self) -> ComposeResult:
         yield Static(id="header", markup=False)
@@ -58,9 +59,8 @@ class WatchApp(App[None]):
 
     def _tick(self) -> None:
         changed = self.follower.poll()
-        second = int(time.time())
-        if changed or second != self._second:
-            self._update()
+        if changed or (self._live and int(time.time()) != self._second):
+            self._update()  # a running session's clock moves once a second
 
     def _update(self) -> None:
         now = time.time()
@@ -77,7 +77,7 @@ class WatchApp(App[None]):
         if header != self._header:
             self._header = header
             self.query_one("#header", Static).update(header)
-        running = sum(row.status == "running" for row in rows)
+        running = self._live = sum(row.status == "running" for row in rows)
         status = f"{follower.home}: {len(rows)} sessions, {running} running"
         if follower.hidden and follower.root is None:
             status += f" ({follower.hidden} older not shown: --limit 0 shows every one)"

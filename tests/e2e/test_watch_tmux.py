@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import shutil
 import sys
 import uuid
@@ -99,8 +100,9 @@ async def test_watch_follows_a_live_run_on_a_real_terminal(
     home = tmp_path / "home"
     (home / "profiles").mkdir(parents=True)
     (home / "profiles" / "worker.toml").write_text(WORKER, encoding="utf-8")
-    env = " ".join(f"{k}={v}" for k, v in cli_env().items() if k in ("PYTHONPATH", "PATH"))
-    command = f"env -u COLUMNS -u LINES {env} TERM=xterm-256color {sys.executable} -m subsessions watch --home {home}"
+    env = [f"{k}={v}" for k, v in cli_env().items() if k in ("PYTHONPATH", "PATH")]
+    command = shlex.join(["env", "-u", "COLUMNS", "-u", "LINES", *env, "TERM=xterm-256color",
+                          sys.executable, "-m", "subsessions", "watch", "--home", str(home)])
     await tmux.run("new-session", "-d", "-s", tmux.name, "-x", "200", "-y", "40", command)
     await tmux.until(lambda s: "SESSION" in s and ": 0 sessions" in s, "the empty home")
 
