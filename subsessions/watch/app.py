@@ -19,11 +19,13 @@ from textual.widgets import Footer, RichLog, Static
 
 from subsessions.rollouts.render import Style, render_record
 from subsessions.rollouts.summary import as_record
-from subsessions.watch.cells import row_cells, short_ids
+from subsessions.watch.cells import Cells, row_cells, short_ids
 from subsessions.watch.follower import Follower, read_appended
-from subsessions.watch.forest import build_rows
+from subsessions.watch.forest import Row, build_rows
 from subsessions.watch.stats import SessionStats
 from subsessions.watch.table import SessionTable
+
+_REDRAW = 0.5  # seconds between redraws at the least: appends show within this plus a poll
 
 
 class WatchApp(App[None]):
@@ -45,6 +47,9 @@ class WatchApp(App[None]):
         self._shorts: dict[str, str] = {}
         self._header = ""
         self._live = 0
+        self._stale = False  # polled changes not drawn yet
+        self._drawn = 0.0
+        self._cells: dict[str, tuple[tuple[object, ...], Cells]] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(id="header", markup=False)
@@ -58,20 +63,23 @@ class WatchApp(App[None]):
         self.set_interval(self.interval, self._tick)
 
     def _tick(self) -> None:
-        changed = self.follower.poll()
-        if changed or (self._live and int(time.time()) != self._second):
+        self._stale = self.follower.poll() or self._stale
+        now = time.time()
+        if now - self._drawn < _REDRAW:
+            return  # a burst of appends is drawn twice a second, not at every poll
+        if self._stale or (self._live and int(now) != self._second):
             self._update()  # a running session's clock moves once a second
 
     def _update(self) -> None:
-        now = time.time()
+        now = self._drawn = time.time()
         self._second = int(now)
+        self._stale = False
         follower = self.follower
         rows = build_rows(follower.sessions, follower.alive)
         if len(self._shorts) != len(rows):
             self._shorts = short_ids([row.stats.key for row in rows])
         table = self.query_one(SessionTable)
-        lines = [(row.stats.key, row_cells(row, self._shorts[row.stats.key], now))
-                 for row in rows]
+        lines = [(row.stats.key, self._cells_of(row, now)) for row in rows]
         table.show(lines)
         header = table.header()
         if header != self._header:
@@ -82,6 +90,18 @@ class WatchApp(App[None]):
         if follower.hidden and follower.root is None:
             status += f" ({follower.hidden} older not shown: --limit 0 shows every one)"
         self.query_one("#status", Static).update(status)
+
+    def _cells_of(self, row: Row, now: float) -> Cells:
+        """A row's cells, made again only when something they show changed."""
+        short = self._shorts[row.stats.key]
+        clock = int(now) if row.status == "running" else 0
+        seen = (row.stats.version, row.status, row.depth, row.totals, short, clock)
+        cached = self._cells.get(row.stats.key)
+        if cached is not None and cached[0] == seen:
+            return cached[1]
+        cells = row_cells(row, short, now)
+        self._cells[row.stats.key] = (seen, cells)
+        return cells
 
     def on_session_table_chosen(self, message: SessionTable.Chosen) -> None:
         stats = self.follower.sessions.get(message.key)

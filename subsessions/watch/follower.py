@@ -38,6 +38,7 @@ _READ = 8 << 20  # at most this much of one file per poll: a huge rollout catche
 _PENDING = 2.0  # seconds a new file may lack its first line before it shows as damaged
 _FOLDERS = 2.0  # seconds between looks for new day folders (today's is looked at every poll)
 _LIVENESS = 1.0  # seconds a writer's liveness is trusted before /proc is read again
+_SETTLED = 4  # a session whose task has ended is looked at every this many polls
 
 
 @define
@@ -58,6 +59,7 @@ class Follower:
     _folders_at: float = 0.0
     _alive: dict[tuple[Any, Any], bool] = field(factory=dict)
     _alive_at: float = 0.0
+    _polls: int = 0
 
     def open(self) -> None:
         """Find the window and read it whole, once."""
@@ -124,7 +126,11 @@ class Follower:
             self._alive.clear()
             self._alive_at = now
         changed = self._admit(self._scan_folders(now), now)
-        for stats in list(self.sessions.values()):
+        self._polls += 1
+        turn = self._polls % _SETTLED
+        for at, stats in enumerate(list(self.sessions.values())):
+            if at % _SETTLED != turn and _settled(stats):
+                continue  # an ended session grows again only if resumed: looked at less often
             changed = self._catch_up(stats) or changed
         return changed
 
@@ -207,6 +213,11 @@ class Follower:
         while self._older and self._older[-1][0] >= key:
             self._follow(*self._older.pop())
         self.hidden = len(self._older)
+
+
+def _settled(stats: SessionStats) -> bool:
+    event = stats.task_event
+    return event is not None and event.get("type") != "task_started" and not stats.torn
 
 
 def read_appended(path: str, start: int, size: int) -> bytes:

@@ -37,14 +37,15 @@ class Row:
 def build_rows(sessions: Mapping[str, SessionStats], alive: Alive) -> list[Row]:
     """Rows in display order; `alive` tells whether an open task's writer still runs."""
     statuses = {key: stats.status(alive) for key, stats in sessions.items()}
+    keys = sorted(sessions)
     by_id: dict[str, str] = {}
-    for key in sorted(sessions):
-        stats = sessions[key]
-        if stats.session_id is not None:
-            by_id.setdefault(stats.session_id.lower(), key)
+    for key in keys:
+        session_id = sessions[key].session_id
+        if session_id is not None:
+            by_id.setdefault(session_id.lower(), key)
     children: dict[str, list[str]] = {}
     roots: list[str] = []
-    for key in sorted(sessions):
+    for key in keys:
         parent_id = sessions[key].parent_id
         parent = by_id.get(parent_id.lower()) if parent_id is not None else None
         if parent is None or parent == key:
@@ -53,7 +54,7 @@ def build_rows(sessions: Mapping[str, SessionStats], alive: Alive) -> list[Row]:
             children.setdefault(parent, []).append(key)
     placed: set[str] = set()
     order: list[tuple[str, int]] = []
-    for root in [*reversed(roots), *sorted(sessions)]:  # then what hangs off a cycle
+    for root in [*reversed(roots), *keys]:  # then what hangs off a cycle
         if root not in placed:
             _place(root, children, placed, order)
     totals = _totals(order, children, sessions, statuses)
@@ -76,21 +77,20 @@ def _place(root: str, children: dict[str, list[str]], placed: set[str],
 def _totals(order: list[tuple[str, int]], children: dict[str, list[str]],
             sessions: Mapping[str, SessionStats], statuses: Mapping[str, str]) -> dict[str, Totals]:
     """Subtree sums, children before parents (display order reversed)."""
-    sums: dict[str, Totals] = {}
+    sums: dict[str, list[int]] = {}
     shown: dict[str, Totals] = {}
     positions = {key: at for at, (key, _) in enumerate(order)}
     for key, _ in reversed(order):
         stats = sessions[key]
-        total = Totals(1, int(statuses[key] == "running"), stats.input_tokens, stats.output_tokens,
-                       stats.tool_calls)
-        kids = [kid for kid in children.get(key, []) if positions.get(kid, -1) > positions[key]]
-        for kid in kids:
-            below = sums[kid]
-            total = Totals(total.sessions + below.sessions, total.running + below.running,
-                           total.input_tokens + below.input_tokens,
-                           total.output_tokens + below.output_tokens,
-                           total.tool_calls + below.tool_calls)
+        total = [1, int(statuses[key] == "running"), stats.input_tokens, stats.output_tokens,
+                 stats.tool_calls]
+        below = False
+        for kid in children.get(key, ()):
+            if positions[kid] > positions[key]:  # placed under it (not cut off a cycle above)
+                below = True
+                for at, value in enumerate(sums[kid]):
+                    total[at] += value
         sums[key] = total
-        if kids:
-            shown[key] = total
+        if below:
+            shown[key] = Totals(*total)
     return shown
