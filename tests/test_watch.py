@@ -147,6 +147,7 @@ def test_damaged_files_are_marked_and_nothing_crashes(
     good.start("fine so far")
     good.write(b"this is not JSON\n")
     good.model_call(10, 1)
+    good.message("assistant", "wiped\x1b[2J\nthe screen")  # no escape reaches the terminal
     good.write(b'{"timestamp":"2026-01-01T00:00:00.000Z","type":"event_msg","pay')  # crash
     folder = day_folder(tmp_path)
     names = {}
@@ -175,6 +176,7 @@ def test_damaged_files_are_marked_and_nothing_crashes(
     code, out, err = once(tmp_path, capsys=capsys)
     assert code == 0, err
     assert out.count("damaged") == 5
+    assert "\x1b" not in out and "wiped?[2J the screen" in out
     assert out.count("! ") == 6
 
 

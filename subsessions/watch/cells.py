@@ -46,15 +46,15 @@ def row_cells(row: Row, short: str, now: float) -> Cells:
     stats = row.stats
     running = row.status == "running"
     note = stats.note(running)
-    message = " ".join(stats.last_message.split())
+    message = " ".join(printable(stats.last_message).split())
     if note is not None:
         message = f"! {note}" + (f": {message}" if message else "")
     if row.status == DAMAGED:
         return (_INDENT * row.depth + short, "-", "-", DAMAGED, "", "", "", "", "", "", message)
     return (
         _INDENT * row.depth + short,
-        stats.profile or stats.source_kind,
-        stats.model or "-",
+        printable(stats.profile or stats.source_kind),
+        printable(stats.model or "-"),
         row.status,
         str(stats.turns),
         amount(stats.input_tokens),
@@ -64,6 +64,13 @@ def row_cells(row: Row, short: str, now: float) -> Cells:
         _subtree(row.totals),
         message,
     )
+
+
+def printable(text: str) -> str:
+    """Text from a file on one line, its control characters (a terminal's escapes) made "?"."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else " " if c.isspace() else "?" for c in text)
 
 
 def amount(count: int) -> str:

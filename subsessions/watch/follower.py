@@ -169,8 +169,11 @@ class Follower:
         if every or now - self._folders_at >= _FOLDERS:
             self._folders_at = now
             folders = day_folders(self.home)
-        else:
-            folders = sorted(self._folders)[-2:]  # today (and yesterday, around midnight)
+        else:  # the newest two (yesterday's until midnight has passed) and today's, if new
+            folders = sorted(self._folders)[-2:]
+            today = os.path.join(self.home, "sessions", time.strftime("%Y/%m/%d"))
+            if today not in self._folders:
+                folders.append(today)
         found: list[RolloutEntry] = []
         for folder in folders:
             try:
