@@ -127,6 +127,29 @@ def test_a_new_child_file_appears_under_its_parent(tmp_path: Path) -> None:
         2, 2, 50)
 
 
+def test_the_first_session_of_an_empty_home_shows_at_the_next_poll(tmp_path: Path) -> None:
+    follower = Follower(str(tmp_path))
+    follower.open()  # no sessions/ folder yet, so no day folder to look at
+    Rollout(tmp_path).start("first of the day")
+    assert follower.poll()  # today's folder is looked for at every poll
+    assert [r.stats.last_message for r in rows_of(follower)] == ["first of the day"]
+
+
+def test_an_ended_session_that_is_resumed_runs_again(tmp_path: Path) -> None:
+    session = Rollout(tmp_path)
+    session.start("first task")
+    session.complete("done")
+    follower = Follower(str(tmp_path))
+    follower.open()
+    assert [r.status for r in rows_of(follower)] == ["completed"]
+    session.turn = "turn-2"
+    session.start("and now this")  # a resume appends a new task to the same file
+    for _ in range(4):  # ended sessions are looked at every fourth poll
+        follower.poll()
+    assert [(r.status, r.stats.last_message) for r in rows_of(follower)] == [
+        ("running", "and now this")]
+
+
 def test_a_session_whose_writer_died_is_interrupted(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
