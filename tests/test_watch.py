@@ -20,6 +20,7 @@ from subsessions.watch.follower import Follower
 from subsessions.watch.forest import Row, build_rows
 from subsessions.watch.stats import DAMAGED
 
+REPO = str(Path(__file__).resolve().parents[1])
 ODD = "01a20000-0000-7000-8000-0000000000"  # hand-made files: ids of this prefix
 
 
@@ -270,9 +271,25 @@ def test_once_and_import_never_load_textual(tmp_path: Path) -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+                          timeout=60, env={**os.environ, "PYTHONPATH": REPO})
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_without_textual_the_live_view_says_how_to_get_it(tmp_path: Path) -> None:
+    Rollout(tmp_path).start("x")
+    code = (
+        "import sys\n"
+        "sys.modules['textual'] = None  # as if the [watch] extra were not installed\n"
+        "from subsessions.cli import main\n"
+        f"sys.exit(main(['watch', '--home', {str(tmp_path)!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": REPO})
+    assert done.returncode == 1
+    assert done.stderr == (
+        "subsessions: the live view needs Textual: pip install 'subsessions[watch]' "
+        "(or print the tree once with --once)\n")
 
 
 @pytest.mark.parametrize(("args", "says"), [

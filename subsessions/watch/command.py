@@ -47,14 +47,14 @@ def run_watch(args: argparse.Namespace, home: Path, out: TextIO) -> int:
     follower.open()
     if args.once:
         return _once(follower, home, out)
-    if not (sys.stdin.isatty() and out.isatty()):
-        raise SubsessionError("the live view needs a terminal; use --once in a pipe")
     try:
         from subsessions.watch.app import WatchApp
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] not in ("textual", "rich"):
             raise
         raise SubsessionError(NEEDS_TEXTUAL) from None
+    if not (sys.stdin.isatty() and out.isatty()):
+        raise SubsessionError("the live view needs a terminal; use --once in a pipe")
     WatchApp(follower, interval=args.interval).run()
     return 0
 
