@@ -204,6 +204,20 @@ def test_damaged_files_are_marked_and_nothing_crashes(
     assert out.count("! ") == 6
 
 
+def test_a_file_with_no_line_end_is_not_held_in_memory(tmp_path: Path) -> None:
+    folder = day_folder(tmp_path)
+    (folder / f"rollout-2026-01-01T00-00-00-{ODD}00.jsonl").write_bytes(b"x" * (65 << 20))
+    follower = Follower(str(tmp_path))
+    follower.open()
+    for _ in range(20):  # 8 MB a poll
+        if not follower.poll():
+            break
+    [stats] = follower.sessions.values()
+    assert (stats.status(follower.alive), stats.note(False)) == (
+        DAMAGED, "a line longer than 64 MB")
+    assert stats.torn == b"" and stats.offset == 65 << 20
+
+
 # -- Codex's own rollouts --------------------------------------------------------------------
 def test_codex_cli_rollouts_show_with_their_sub_agent_under_its_parent(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -21,6 +21,7 @@ from subsessions.rollouts.values import optional_stamp, optional_text, parse_sta
 
 DAMAGED = "damaged"  # the status word of a file that is not a rollout at all
 EMPTY = "empty file"
+LONGEST = 64 << 20  # a line longer than this is not a rollout's (instructions run to a few MB)
 # Response items that are a tool call, ours and Codex's own kinds.
 TOOL_CALLS = ("function_call", "custom_tool_call", "local_shell_call", "web_search_call")
 
@@ -64,12 +65,19 @@ class SessionStats:
         if not data:
             return
         self.version += 1
+        if self.problem is not None:  # not a rollout: skipped, never held in memory
+            self.offset += len(data)
+            return
         lines = (self.torn + data).split(b"\n")
         self.torn = lines.pop()
         for line in lines:
             self.offset += len(line) + 1
             if self.problem is None and line.strip():
                 self._line(line)
+        if len(self.torn) > LONGEST:
+            self.problem = f"a line longer than {LONGEST >> 20} MB"
+            self.offset += len(self.torn)
+            self.torn = b""
 
     def _line(self, line: bytes) -> None:
         record = as_record(line)
