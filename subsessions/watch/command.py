@@ -39,7 +39,7 @@ def add_watch_command(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def run_watch(args: argparse.Namespace, home: Path, out: TextIO) -> int:
     if args.limit < 0 or not args.interval > 0:
-        raise InvalidArguments("watch", "--limit must be 0 (all) or more")
+        raise InvalidArguments("watch", "--limit must be 0 (all) or more, --interval positive")
     if not home.is_dir():
         raise RolloutError(str(home), "no such directory, so no rollouts "
                            "(--home DIR or $SUBSESSIONS_HOME names the home)")
