@@ -46,6 +46,7 @@ class WatchApp(App[None]):
         self._second = 0
         self._shorts: dict[str, str] = {}
         self._header = ""
+        self._status = ""
         self._live = 0
         self._stale = False  # polled changes not drawn yet
         self._drawn = 0.0
@@ -89,7 +90,9 @@ class WatchApp(App[None]):
         status = f"{follower.home}: {len(rows)} sessions, {running} running"
         if follower.hidden and follower.root is None:
             status += f" ({follower.hidden} older not shown: --limit 0 shows every one)"
-        self.query_one("#status", Static).update(status)
+        if status != self._status:
+            self._status = status
+            self.query_one("#status", Static).update(status)
 
     def _cells_of(self, row: Row, now: float) -> Cells:
         """A row's cells, made again only when something they show changed."""
@@ -112,8 +115,8 @@ class WatchApp(App[None]):
 class TranscriptScreen(Screen[None]):
     """One session's rollout as `rollouts show` renders it, growing as the file grows."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "back"),
-                Binding("q", "app.pop_screen", "back")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "back"), Binding("q", "app.pop_screen", "back")]
 
     def __init__(self, stats: SessionStats, interval: float) -> None:
         super().__init__()
