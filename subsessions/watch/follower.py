@@ -15,6 +15,7 @@ which changes only when a name is added there.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -63,13 +64,16 @@ class Follower:
 
     def open(self) -> None:
         """Find the window and read it whole, once."""
+        self._folders_at = time.monotonic()
+        for folder in day_folders(self.home):  # before the names: a later file shows at a poll
+            with contextlib.suppress(OSError):
+                self._folders[folder] = os.stat(folder).st_mtime_ns
         entries = rollout_entries(self.home)
         self._known = {key for key, _ in entries}
         if self.root is not None:
             self._open_tree(entries)
         else:
             self._open_newest(entries)
-        self._scan_folders(time.monotonic(), every=True)
 
     def _open_newest(self, entries: list[RolloutEntry]) -> None:
         self._older = entries
@@ -164,9 +168,9 @@ class Follower:
         stats.feed(data)
         return True
 
-    def _scan_folders(self, now: float, every: bool = False) -> list[RolloutEntry]:
+    def _scan_folders(self, now: float) -> list[RolloutEntry]:
         """Names added to day folders since the last look."""
-        if every or now - self._folders_at >= _FOLDERS:
+        if now - self._folders_at >= _FOLDERS:
             self._folders_at = now
             folders = day_folders(self.home)
         else:  # the newest two (yesterday's until midnight has passed) and today's, if new
