@@ -16,6 +16,7 @@
     exit until the view shows every session ended.
 Page cache warm (the files were just written); no gc.freeze().
 Run: python bench/watch.py [--n 100000] [--rounds 3] [--children 1000] [--dir DIR]
+     [--reuse HOME] [--skip-open] [--skip-follow]
 """
 
 from __future__ import annotations
@@ -113,11 +114,16 @@ def spread(values: list[float]) -> str:
             f"{max(values):7.3f} s")
 
 
-def opening(base: Path, n: int, rounds: int) -> None:
-    home = base / "big"
-    start = time.perf_counter()
-    generate(home, n)
-    print(f"(a) generated {n} rollouts on disk in {time.perf_counter() - start:.0f} s: {home}")
+def opening(base: Path, n: int, rounds: int, reuse: str | None) -> None:
+    if reuse is not None:  # a home an earlier run generated (reading it writes nothing new)
+        home = Path(reuse)
+        print(f"(a) the home of an earlier run: {home}")
+    else:
+        home = base / "big"
+        start = time.perf_counter()
+        generate(home, n)
+        print(f"(a) generated {n} rollouts on disk in {time.perf_counter() - start:.0f} s: "
+              f"{home}")
     runs: dict[str, Callable[[], object]] = {
         "names": lambda: rollout_entries(home),
         "list": lambda: list_rollouts(home, limit=50),
@@ -194,12 +200,15 @@ def main() -> None:
     parser.add_argument("--children", type=int, default=1000)
     parser.add_argument("--dir", default=None, help="where the homes go (default: a temp dir)")
     parser.add_argument("--skip-open", action="store_true")
+    parser.add_argument("--skip-follow", action="store_true")
+    parser.add_argument("--reuse", metavar="HOME", help="(a) on this generated home instead")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-watch-", dir=args.dir))
     print(f"bench/watch.py: homes under {base} (left there; remove them when done)")
     if not args.skip_open:
-        opening(base, args.n, args.rounds)
-    asyncio.run(following(base, args.children, args.rounds))
+        opening(base, args.n, args.rounds, args.reuse)
+    if not args.skip_follow:
+        asyncio.run(following(base, args.children, args.rounds))
 
 
 if __name__ == "__main__":
