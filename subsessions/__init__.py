@@ -1,6 +1,7 @@
 """subsessions: spawn, drive, wait for and cancel LLM sub-sessions from profile presets."""
 
 from subsessions._version import __version__
+from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
 from subsessions.children import (
     Cancelled,
@@ -18,6 +19,7 @@ from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.engine import Engine
 from subsessions.environment import EnvPolicy
 from subsessions.errors import (
+    BatchError,
     BudgetExhausted,
     ChildCancelled,
     ChildFailed,
@@ -69,6 +71,8 @@ from subsessions.usage import Usage
 
 __all__ = [
     "ApprovalDenied",
+    "BatchError",
+    "BatchResult",
     "Budget",
     "BudgetExhausted",
     "Cancelled",

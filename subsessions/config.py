@@ -83,7 +83,7 @@ def _optional(kind: type | tuple[type, ...], name: str) -> Callable[[Any, Any, A
 # The one registry of the engine's tool names. A host tool must not shadow a reserved one.
 SUBSESSION_TOOL_NAMES = frozenset({
     "create_session", "wait_session", "cancel_session", "wait_sessions", "run_sessions",
-    "list_profiles", "list_sessions", "send_message",
+    "list_profiles", "list_sessions", "send_message", "run_batch",
 })
 ASK_USER = "ask_user"
 RESERVED_TOOL_NAMES = SUBSESSION_TOOL_NAMES | {ASK_USER}

@@ -128,6 +128,12 @@ class Dispatcher(Generic[H]):
                 "remote_session_id": child.session_id,
             })
 
+    def forget_child(self, child_id: str) -> None:
+        """An ended child its parent forgot (a batch's): no request of it can come any more."""
+        with self._lock:
+            self.child_to_parent.pop(child_id, None)
+            self.child_to_agent.pop(child_id, None)
+
     def child_ended(
         self, parent: Caller, child: Caller, data: Callable[[], dict[str, Any]]
     ) -> None:

@@ -26,6 +26,7 @@
     ├── ConfigError               config.toml or a flag is malformed
     │   └── MissingApiKey         the provider's key variable is not set
     ├── RolloutError              a rollout file cannot be written or read
+    ├── BatchError                a batch's input, template, paths or journal is unusable
     ├── UnsafeHome                the home is owned or writable by another user
     ├── WorkerLost                the shard (Ray actor or node) running a child died
     └── RemoteError               an error in another process (shard or driver), as its text
@@ -212,6 +213,15 @@ class RolloutError(SubsessionError):
         self.path = path
         self.problem = problem
         super().__init__(f"{path}: {problem}")
+
+
+class BatchError(SubsessionError):
+    """A batch refused before it runs (or a resume refused): one line saying what and where.
+    Nothing was started and nothing was overwritten."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
 
 
 class UnsafeHome(SubsessionError):

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from collections import Counter
 from collections.abc import Coroutine
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from subsessions import composition, waits
+from subsessions.batch import runner as batch_runner
+from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
 from subsessions.children import (
     Cancelled,
@@ -222,6 +226,15 @@ class SubsessionManager:
                 found.extend(family.tree())
         return found
 
+    def forget(self, session_id: str) -> None:
+        """Drop an ended child that nobody will ask about again (a batch's, once its ending
+        is journaled): a million of them are not kept. Its rollout stays on disk."""
+        record = self._lookup(session_id)
+        if not record.finished.done():
+            raise SessionBusy(session_id, "is running; only an ended child can be forgotten")
+        del self._children[session_id]
+        self._session.runtime.dispatcher.forget_child(session_id)
+
     def running(self) -> list[str]:
         return [cid for cid, child in self._children.items() if not child.finished.done()]
 
@@ -270,6 +283,21 @@ class SubsessionManager:
         """Run tasks one after another, `{previous}` in a prompt being the last result;
         stop at the first step that does not complete."""
         return await composition.run_chain(self, tasks, timeout, call_id=call_id)
+
+    async def run_batch(
+        self, session_type: str, items_path: str | os.PathLike[str], prompt: str,
+        output_path: str | os.PathLike[str], max_concurrency: int = 16,
+        budget: Budget | None = None, *, resume: str | None = None,
+        inside_workspace: bool = False, call_id: str | None = None,
+    ) -> BatchResult:
+        """One child per item of a CSV or JSONL file (DESIGN 3.11); see `batch/runner.py`.
+        Relative paths are the session's cwd's (with `inside_workspace`, both must lie in
+        it). `resume` (a batch id) runs that batch's unfinished items with these limits."""
+        cwd = Path(self._session.cwd)
+        return await batch_runner.run_batch(
+            self, self._session.runtime.home, session_type, items_path, prompt, output_path,
+            max_concurrency=max_concurrency, budget=budget, resume=resume, cwd=cwd,
+            workspace=cwd if inside_workspace else None, call_id=call_id)
 
     def take_notices(self) -> list[ChildInfo]:
         """Children that ended unseen since the last call; each is returned once."""

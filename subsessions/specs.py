@@ -74,12 +74,17 @@ _DESCRIPTIONS = {
     "list_profiles": "The profiles sub-sessions can be started from: names, descriptions, tools.",
     "list_sessions": "Your sub-sessions, oldest first: status, usage so far (tokens, turns, "
     "tool calls), seconds running and the last message each wrote.",
+    "run_batch": "Run one sub-session per item of a .csv or .jsonl file in the workspace, "
+    "at most max_concurrency at once (null: 16), and wait for all: prompt is a template "
+    "where {column} stands for the item's field ({{ and }} for braces). Each item's outcome "
+    "goes to output_path (.jsonl or .csv); the answer counts them and lists the first "
+    "failed items. Journaled under the batch_id it returns.",
     "send_message": "Tell a sub-session something: a running one reads it before its next "
     "step ('queued'); an ended one starts again on its history with it ('started'), and "
     "wait_session then waits for that new answer.",
 }
 _ORDER = ("wait_session", "cancel_session", "wait_sessions", "run_sessions", "list_profiles",
-          "list_sessions", "send_message")
+          "list_sessions", "send_message", "run_batch")
 
 
 def run_schema(profile_names: list[str]) -> dict[str, Any]:
@@ -115,6 +120,28 @@ BUDGET_SCHEMA: dict[str, Any] = {
 }
 
 
+def batch_schema(profile_names: list[str]) -> dict[str, Any]:
+    path = "A path inside the workspace, relative to it or absolute"
+    return {
+        "type": "object",
+        "properties": {
+            "session_type": {"type": "string", "enum": profile_names,
+                             "description": "The profile every item's sub-session starts from."},
+            "input_path": {"type": "string", "description": f"{path}: a .csv file (its first "
+                           "row names the columns) or a .jsonl file (one object a line)."},
+            "prompt": {"type": "string", "description": "The prompt template, e.g. 'Summarise "
+                       "{title}: {body}'."},
+            "output_path": {"type": "string", "description": f"{path}: .jsonl or .csv; "
+                            "replaced if it exists; not the input."},
+            "max_concurrency": {"type": ["integer", "null"], "minimum": 1},
+            "budget": BUDGET_SCHEMA,
+        },
+        "required": ["session_type", "input_path", "prompt", "output_path", "max_concurrency",
+                     "budget"],
+        "additionalProperties": False,
+    }
+
+
 def create_schema(profile_names: list[str]) -> dict[str, Any]:
     return {
         "type": "object",
@@ -146,7 +173,8 @@ def tool_specs(profiles: Mapping[str, Profile]) -> tuple[dict[str, Any], ...]:
         "its id at once; collect its answer later with wait_session. Profiles:\n" + listing,
         "parameters": create_schema(list(profiles)),
     }
-    schemas = {**SCHEMAS, "run_sessions": run_schema(list(profiles))}
+    schemas = {**SCHEMAS, "run_sessions": run_schema(list(profiles)),
+               "run_batch": batch_schema(list(profiles))}
     others = (
         {"type": "function", "name": name, "description": _DESCRIPTIONS[name],
          "parameters": schemas[name]}

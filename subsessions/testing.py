@@ -63,7 +63,7 @@ TERMINAL = ("task_complete", "turn_aborted", "error")
 ENDINGS = ("subagent.completed", "subagent.failed")
 SUBSESSION_TOOLS = {
     "create_session", "wait_session", "cancel_session", "wait_sessions", "run_sessions",
-    "list_profiles", "list_sessions", "send_message",
+    "list_profiles", "list_sessions", "send_message", "run_batch",
 }
 LIMIT_TEXT = (
     "sub-session limit reached (max_children={n}); wait for or cancel a running session first"

@@ -96,12 +96,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # ARCHITECTURE.md's layers, bottom to top: a module imports only from its own layer or below.
 LAYERS: dict[int, tuple[str, ...]] = {
-    0: ("_version", "budget", "clock", "collector", "errors", "handlers", "ids", "items", "mcp",
+    0: ("_version", "batch", "budget", "clock", "collector", "errors", "handlers", "ids",
+        "items", "mcp",
         "rollouts.status", "rollouts.values", "safe_read", "tools.process",
         "tools.safe_commands", "urls", "usage"),
     1: ("children", "config", "environment", "events", "handlers.ask_user", "meter",
         "profiles", "settings", "specs", "tools.schema", "tree", "waits"),
-    2: ("mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
+    2: ("batch.journal", "batch.output", "batch.source", "batch.template", "mcp.client",
+        "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
         "models.factory", "models.openai_chat", "models.openai_common", "models.openai_errors",
         "models.openai_responses", "models.scripted", "rollouts", "rollouts.files",
         "rollouts.follow", "rollouts.index", "rollouts.listing", "rollouts.reader",
@@ -111,7 +113,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "tools.patch_commit",
         "tools.sandbox", "tools.seccomp", "tools.shell"),
     3: ("dispatch", "runtime"),
-    4: ("composition", "manager", "member"),
+    4: ("batch.runner", "composition", "manager", "member"),
     5: ("handlers.subsessions", "router", "task"),
     6: ("resume", "session"),
     7: ("engine", "ray", "ray.backend", "ray.channel", "ray.host", "ray.placement", "ray.shard",

@@ -13,7 +13,7 @@ from subsessions.composition import Spawner
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
 from subsessions.manager import SubsessionManager
 from subsessions.profiles import Profile
-from subsessions.specs import MAX_TIMEOUT_MS, SCHEMAS, create_schema, run_schema
+from subsessions.specs import MAX_TIMEOUT_MS, SCHEMAS, batch_schema, create_schema, run_schema
 from subsessions.tools.schema import check_arguments, parse_arguments
 
 
@@ -34,6 +34,8 @@ async def call_parsed(
         return _dump({"session_id": await create(manager, arguments, call_id)})
     if name == "run_sessions":
         return await run_plan(parse_run(manager, arguments), manager, call_id)
+    if name == "run_batch":
+        return await run_batch(manager, arguments, call_id)
     check_arguments(name, SCHEMAS[name], arguments)
     if name == "list_profiles":
         return _dump([
@@ -78,6 +80,28 @@ async def create(
         raise InvalidArguments(tool, "prompt must not be empty")
     return await manager.spawn_child(rest["session_type"], rest["prompt"], call_id=call_id,
                                      budget=budget)
+
+
+async def run_batch(manager: SubsessionManager, arguments: dict[str, Any], call_id: str) -> str:
+    """`run_batch` (DESIGN 3.11): both paths inside the workspace; a refusal is a tool error
+    of one line, and a bad item only fails that item."""
+    profiles = manager.profiles()
+    schema = batch_schema(list(profiles))
+    schema["properties"]["session_type"] = {"type": "string"}  # unknown names: own text
+    del schema["properties"]["budget"]
+    schema["required"].remove("budget")
+    rest = dict(arguments)
+    budget = parse_budget(rest.pop("budget", None), "run_batch")
+    check_arguments("run_batch", schema, rest)
+    if rest["session_type"] not in profiles:
+        raise UnknownSessionType(rest["session_type"], tuple(profiles))
+    if rest["max_concurrency"] is not None and rest["max_concurrency"] < 1:
+        raise InvalidArguments("run_batch", "max_concurrency must be at least 1 (or null)")
+    result = await manager.run_batch(
+        rest["session_type"], rest["input_path"], rest["prompt"], rest["output_path"],
+        16 if rest["max_concurrency"] is None else rest["max_concurrency"], budget,
+        inside_workspace=True, call_id=call_id)
+    return _dump(result.as_dict())
 
 
 def list_sessions(manager: SubsessionManager) -> dict[str, Any]:

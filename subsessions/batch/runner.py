@@ -1,0 +1,384 @@
+"""Running a batch: items pulled from the input as slots free, one child each, endings journaled.
+
+`plan` checks everything a batch needs before one child starts (input, template, paths,
+journal) and refuses with one line; `Batch.run` then keeps at most `max_concurrency`
+children running, journals each ending before its output line, and forgets each ended child
+so memory follows the concurrency, not the item count. Cancelled, it cancels its running
+children and journals their endings before the cancel goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from attrs import define, field, frozen
+
+from subsessions.batch.journal import COMPLETED, Journal
+from subsessions.batch.output import Output
+from subsessions.batch.source import Item, Scan, format_of, items, scan
+from subsessions.batch.template import MissingField, Template
+from subsessions.budget import Budget
+from subsessions.children import ChildInfo
+from subsessions.errors import (
+    BatchError,
+    ChildCancelled,
+    ChildFailed,
+    ChildLimitReached,
+    DepthLimitReached,
+    EngineClosed,
+    SessionBusy,
+    SubsessionError,
+    UnknownSession,
+    UnknownSessionType,
+)
+from subsessions.ids import new_session_id
+from subsessions.profiles import Profile
+
+FAILED_SHOWN = 20  # failed items a result lists
+_FATAL = (DepthLimitReached, EngineClosed, SessionBusy, UnknownSessionType)
+
+
+class BatchHost(Protocol):
+    """What a batch needs of the manager whose children its items become."""
+
+    async def spawn_child(self, profile: str, prompt: str, *, call_id: str | None = None,
+                          budget: Budget | None = None) -> str: ...
+    def wait_child(self, session_id: str,
+                   timeout: float | None = None) -> Coroutine[Any, Any, str | None]: ...
+    def info(self, session_id: str) -> ChildInfo: ...
+    def forget(self, session_id: str) -> None: ...
+    async def cancel_child(self, session_id: str) -> bool: ...
+    def profiles(self) -> Mapping[str, Profile]: ...
+
+
+async def run_batch(
+    host: BatchHost, home: Path, session_type: str, input_path: str | os.PathLike[str],
+    prompt: str, output_path: str | os.PathLike[str], *, max_concurrency: int | None = 16,
+    budget: Budget | None = None, resume: str | None = None, cwd: Path,
+    workspace: str | os.PathLike[str] | None = None, call_id: str | None = None,
+) -> BatchResult:
+    """Plan a new batch (or reopen one to resume) and run it to its end."""
+    if resume is not None:
+        make = functools.partial(reopen, home, resume, max_concurrency=max_concurrency,
+                                 budget=budget)
+    else:
+        if session_type not in host.profiles():
+            raise UnknownSessionType(session_type, tuple(host.profiles()))
+        make = functools.partial(
+            plan, home, session_type, input_path, prompt, output_path,
+            max_concurrency=16 if max_concurrency is None else max_concurrency, budget=budget,
+            cwd=cwd, workspace=None if workspace is None else Path(workspace))
+    batch = await _off_the_loop(make)
+    return await batch.run(host, call_id)
+
+
+async def _off_the_loop(make: Callable[[], Batch]) -> Batch:
+    """The checking pass reads the whole input: in a thread, so other sessions run meanwhile.
+    A caller cancelled meanwhile leaves no journal open behind it."""
+    future = asyncio.ensure_future(asyncio.to_thread(make))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(_close_unused)
+        raise
+
+
+def _close_unused(future: asyncio.Future[Batch]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        future.result().journal.close()
+
+
+@frozen
+class BatchResult:
+    batch_id: str
+    total: int
+    completed: int  # completed items, those of earlier runs of the batch included
+    failed: int
+    cancelled: int
+    output_path: str
+    failed_items: tuple[tuple[int, str], ...]  # the first 20: (item's line, error)
+    journal_path: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `run_batch` tool's answer (DESIGN 3.11)."""
+        return {"batch_id": self.batch_id, "total": self.total, "completed": self.completed,
+                "failed": self.failed, "cancelled": self.cancelled,
+                "output_path": self.output_path,
+                "failed_items": [{"item": i, "error": e} for i, e in self.failed_items]}
+
+
+@define
+class Counters:
+    """What a progress display reads (it polls; the run never calls it)."""
+
+    total: int
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    running: int = 0
+    tokens: int = 0
+    skipped: int = 0  # completed in an earlier run: not run again
+    started_at: float = field(factory=time.monotonic)
+
+    @property
+    def ended(self) -> int:
+        return self.completed + self.failed + self.cancelled
+
+
+def resolve(path: str | os.PathLike[str], cwd: Path, workspace: Path | None, role: str) -> Path:
+    """`path` against `cwd`; with a workspace, it must lie inside it (symlinks resolved)."""
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path).strip():
+        raise BatchError(f"the {role} path is empty")
+    full = Path(os.path.realpath(cwd / path))
+    if workspace is not None and not full.is_relative_to(os.path.realpath(workspace)):
+        raise BatchError(f"{role} {path} is outside the workspace {workspace}")
+    return full
+
+
+def plan(
+    home: Path, session_type: str, input_path: str | os.PathLike[str], prompt: str,
+    output_path: str | os.PathLike[str], *, max_concurrency: int = 16,
+    budget: Budget | None = None, cwd: Path, workspace: Path | None = None,
+) -> Batch:
+    """A new batch, checked whole; nothing runs and nothing is written on a refusal."""
+    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or (
+            max_concurrency < 1):
+        raise BatchError("max_concurrency must be a whole number of at least 1")
+    source = resolve(input_path, cwd, workspace, "input")
+    target = resolve(output_path, cwd, workspace, "output")
+    template = Template.parse(prompt)
+    output_format = format_of(target, "output")
+    if target == source:
+        raise BatchError(f"output {output_path} is the input itself; name another file")
+    if not target.parent.is_dir():
+        raise BatchError(f"output {output_path}: folder {target.parent} does not exist")
+    scanned = scan(source)
+    _check_fields(scanned, template)
+    output = Output.plan(target, output_format, scanned.columns or template.fields)
+    header = {"batch_id": new_session_id(), "session_type": session_type,
+              "input_path": str(source), "input_sha256": scanned.sha256,
+              "total": scanned.total, "prompt": prompt, "output_path": str(target),
+              "max_concurrency": max_concurrency,
+              "budget": None if budget is None else budget.as_dict()}
+    journal = Journal.create(home, header)
+    return Batch(journal, scanned, template, output, session_type, max_concurrency, budget)
+
+
+def reopen(home: Path, batch_id: str, *, max_concurrency: int | None = None,
+           budget: Budget | None = None) -> Batch:
+    """A batch to resume: its journal's options, with new limits where given. Its input
+    must be the very file it was made from."""
+    journal = Journal.open(home, batch_id)
+    try:
+        header = journal.header
+        source = Path(header["input_path"])
+        scanned = scan(source)
+        if scanned.sha256 != header["input_sha256"]:
+            raise BatchError(f"batch {batch_id} was made from another {source} (its SHA-256 "
+                             "differs); start a new batch for this input")
+        template = Template.parse(header["prompt"])
+        target = Path(header["output_path"])
+        output = Output.plan(target, format_of(target, "output"),
+                             scanned.columns or template.fields)
+        concurrency = max_concurrency or int(header["max_concurrency"])
+        if budget is None and header["budget"] is not None:
+            budget = Budget(**header["budget"])
+        journal.resumed({"max_concurrency": concurrency,
+                         "budget": None if budget is None else budget.as_dict()})
+    except BaseException:
+        journal.close()
+        raise
+    return Batch(journal, scanned, template, output, str(header["session_type"]), concurrency,
+                 budget, resuming=True)
+
+
+def _check_fields(scanned: Scan, template: Template) -> None:
+    """A CSV's header is known: a field it lacks refuses the batch. (A JSONL item lacking
+    one fails alone.)"""
+    if scanned.columns is None:
+        return
+    for name in template.fields:
+        if name not in scanned.columns:
+            raise BatchError(f"the prompt names field {{{name}}}, but input {scanned.path} has "
+                             f"no such column (it has: {', '.join(scanned.columns)})")
+
+
+@define(eq=False)
+class Batch:
+    journal: Journal
+    scan: Scan
+    template: Template
+    output: Output
+    session_type: str
+    max_concurrency: int
+    budget: Budget | None
+    resuming: bool = False
+    counters: Counters = field(init=False)
+    _failed_items: list[tuple[int, str]] = field(factory=list, init=False)
+    _slots: asyncio.Semaphore | None = field(default=None, init=False)
+    _freed: asyncio.Event = field(factory=asyncio.Event, init=False)
+    _running: dict[str, asyncio.Task[None]] = field(factory=dict, init=False)
+    _error: Exception | None = field(default=None, init=False)  # recording an ending failed
+
+    def __attrs_post_init__(self) -> None:
+        self.counters = Counters(self.scan.total)
+
+    @property
+    def batch_id(self) -> str:
+        return str(self.journal.header["batch_id"])
+
+    async def run(self, host: BatchHost, call_id: str | None = None) -> BatchResult:
+        """Run every item without a completed ending; the journal and output are closed
+        at the end, whatever ends it."""
+        try:
+            self.output.start(self.journal.completed_outputs() if self.resuming else ())
+            self.counters.skipped = self.counters.completed = self.journal.completed
+            self._slots = asyncio.Semaphore(self.max_concurrency)
+            try:
+                await self._feed(host, call_id)
+            finally:
+                await self._drain(host)
+            if self._error is not None:
+                raise self._error
+        finally:
+            self.output.close()
+            self.journal.close()
+        return self.result()
+
+    def result(self) -> BatchResult:
+        c = self.counters
+        return BatchResult(self.batch_id, c.total, c.completed, c.failed, c.cancelled,
+                           str(self.output.path), tuple(self._failed_items),
+                           str(self.journal.path))
+
+    async def _feed(self, host: BatchHost, call_id: str | None) -> None:
+        slots = self._slots
+        assert slots is not None
+        journal = self.journal
+        for item in items(self.scan):
+            if journal.is_completed(item.line):
+                continue
+            await slots.acquire()
+            if self._error is not None:
+                slots.release()
+                return
+            try:
+                started = await self._start(host, item, call_id)
+            except BaseException:
+                slots.release()
+                raise
+            if not started:
+                slots.release()
+
+    async def _start(self, host: BatchHost, item: Item, call_id: str | None) -> bool:
+        """Spawn the item's child (True), or record why it cannot run (False)."""
+        if item.problem is not None:
+            self._ended(item, "failed", None, item.problem, None)
+            return False
+        assert item.fields is not None
+        try:
+            prompt = self.template.render(item.fields)
+        except MissingField as missing:
+            self._ended(item, "failed", None,
+                        f"line {item.line} has no field {missing.name!r} (the prompt names it)",
+                        None)
+            return False
+        if not prompt.strip():
+            self._ended(item, "failed", None, f"line {item.line}: the prompt is empty", None)
+            return False
+        while True:
+            try:
+                child = await host.spawn_child(
+                    self.session_type, prompt, budget=self.budget,
+                    call_id=None if call_id is None else f"{call_id}:{item.line}")
+                break
+            except ChildLimitReached:  # the tree's other children hold the slots
+                if not self._running:
+                    raise
+                self._freed.clear()
+                await self._freed.wait()
+            except _FATAL:
+                raise  # every item would fail the same way: the batch stops
+            except SubsessionError as exc:
+                self._ended(item, "failed", None, str(exc), None)
+                return False
+        self.counters.running += 1
+        task = asyncio.get_running_loop().create_task(self._finish(host, item, child),
+                                                      name=f"batch-item-{item.line}")
+        self._running[child] = task
+        return True
+
+    async def _finish(self, host: BatchHost, item: Item, child: str) -> None:
+        """Wait for one child and record its ending; an error writing it stops the batch."""
+        try:
+            error: str | None = None
+            try:
+                await host.wait_child(child)
+                status = COMPLETED
+            except ChildFailed as failed:
+                status, error = "failed", failed.error
+            except ChildCancelled:
+                status, error = "cancelled", "cancelled"
+            info = host.info(child)
+            host.forget(child)
+            self.counters.tokens += info.usage.total_tokens
+            self._ended(item, status, info.session_id, error,
+                        info.result if error is None else None, info.usage.as_dict())
+        except Exception as exc:  # the journal or the output cannot be written
+            if self._error is None:
+                self._error = exc
+        finally:
+            self.counters.running -= 1
+            del self._running[child]
+            assert self._slots is not None
+            self._slots.release()
+            self._freed.set()
+
+    def _ended(self, item: Item, status: str, session_id: str | None, error: str | None,
+               result: str | None, usage: dict[str, Any] | None = None) -> None:
+        line = self.output.line(item.line, status, result, error, session_id, usage,
+                                item.fields)
+        self.journal.ended(item.line, status, session_id, error, line)
+        self.output.append(line)
+        counters = self.counters
+        if status == COMPLETED:
+            counters.completed += 1
+        elif status == "cancelled":
+            counters.cancelled += 1
+        else:
+            counters.failed += 1
+            if len(self._failed_items) < FAILED_SHOWN:
+                self._failed_items.append((item.line, error or status))
+
+    async def _drain(self, host: BatchHost) -> None:
+        """Wait for the running children; when the batch itself is cancelled, they are
+        cancelled first (a second cancel changes nothing). Their endings are journaled
+        either way, and the cancel goes on afterwards."""
+        current = asyncio.current_task()
+        interrupted = current is not None and current.cancelling() > 0
+        stopping: list[asyncio.Task[None]] = []
+        stopped = False
+        while self._running or stopping:
+            if interrupted and not stopped:
+                stopped = True
+                stopping = [asyncio.get_running_loop().create_task(_stop(host, child))
+                            for child in self._running]
+            try:
+                await asyncio.wait([*self._running.values(), *stopping])
+            except asyncio.CancelledError:
+                interrupted = True
+            stopping = [task for task in stopping if not task.done()]
+        if interrupted:
+            raise asyncio.CancelledError
+
+
+async def _stop(host: BatchHost, child: str) -> None:
+    with contextlib.suppress(UnknownSession):  # it ended and was forgotten meanwhile
+        await host.cancel_child(child)
