@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO, TypeVar
 
 from subsessions._version import __version__
+from subsessions.batch.command import add_batch_command, run_batch_command
 from subsessions.config import SessionConfig
 from subsessions.demo import run_demo
 from subsessions.engine import Engine, default_home
@@ -114,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
                      "(default 120)")
 
     add_serve_command(commands, [common, model_options])
+    add_batch_command(commands, [common, model_options, work_options])
 
     profiles = commands.add_parser("profiles", help="the loaded profiles")
     profile_commands = profiles.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -134,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _reader_gone()
-    except UnknownSessionType as exc:  # only `run --profile` reaches here: name it as the user did
+    except UnknownSessionType as exc:  # `run/batch --profile`: name it as the user did
         print(f"subsessions: no profile named {exc.name!r}; have: {', '.join(exc.expected)} "
               "(see subsessions profiles list)", file=sys.stderr)
         return 1
@@ -169,6 +171,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         from subsessions.mcp.server import run_mcp_command  # the optional [mcp] extra
 
         return run_mcp_command(args, home, settings_from_args(args, home))
+    if args.command == "batch":
+        return run_batch_command(args, home, settings_from_args(args, home), out,
+                                 _until_sigterm)
     if args.command == "serve":
         return run_serve_command(args, home, settings_from_args(args, home))
     if args.command == "profiles":

@@ -10,6 +10,7 @@ rewritten; a torn last line (a crash mid-write) is ended with a newline and igno
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
@@ -23,6 +24,7 @@ from attrs import define, field
 from subsessions.batch.output import write_all
 from subsessions.errors import BatchError
 from subsessions.ids import is_session_id
+from subsessions.rollouts.files import folder_problem, make_private_dirs, secure_home
 
 _FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW
 _HEADER_KEYS = ("batch_id", "session_type", "input_path", "input_sha256", "total", "prompt",
@@ -44,8 +46,13 @@ class Journal:
 
     @classmethod
     def create(cls, home: Path, header: dict[str, Any]) -> Journal:
+        secure_home(home)
         folder = home / "batches"
-        folder.mkdir(mode=0o700, exist_ok=True)
+        with contextlib.suppress(OSError):  # one that cannot be made fails at the open
+            make_private_dirs(str(folder))
+        problem = folder_problem(str(folder))
+        if problem is not None:
+            raise BatchError(f"refusing the batch journal folder: {problem}")
         path = journal_path(home, header["batch_id"])
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _FLAGS, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new: nobody else holds it

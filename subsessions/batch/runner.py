@@ -248,9 +248,13 @@ class Batch:
             if self._error is not None:
                 raise self._error
         finally:
-            self.output.close()
-            self.journal.close()
+            self.close()
         return self.result()
+
+    def close(self) -> None:
+        """Close the output and the journal (which frees its lock); closing twice is fine."""
+        self.output.close()
+        self.journal.close()
 
     def result(self) -> BatchResult:
         c = self.counters

@@ -1,0 +1,151 @@
+"""`subsessions batch INPUT --profile P --prompt TEMPLATE --out OUTPUT` (and `--resume ID`).
+
+Runs a top-level session whose children are the batch's items, shows progress on stderr
+and ends with one summary line on stdout. Exit 0 when every item completed, 1 otherwise
+(a refusal is one line on stderr); interrupted, the running children are cancelled and
+journaled, and the line says how to resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TextIO
+
+from subsessions.batch import progress, runner
+from subsessions.batch.runner import Batch, BatchResult
+from subsessions.budget import Budget
+from subsessions.config import SessionConfig
+from subsessions.engine import Engine
+from subsessions.errors import BatchError, UnknownSessionType
+from subsessions.models.factory import build_model_client
+from subsessions.profiles import load_profiles
+from subsessions.ray.backend import backend_from
+from subsessions.settings import Settings
+
+Guard = Callable[[Awaitable[BatchResult]], Coroutine[Any, Any, tuple[BatchResult | None, int]]]
+BAR_SECONDS = 0.2
+
+
+def add_batch_command(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
+    batch = commands.add_parser(
+        "batch", parents=parents,
+        help="one sub-session per row of a CSV or line of a JSONL file, journaled",
+        description="Runs PROFILE once per item of INPUT (.csv with a header row, or .jsonl), "
+        "the prompt a template over the item's fields ({column}; {{ and }} for braces), at "
+        "most --concurrency at once, and writes one line per item to --out (.jsonl or .csv). "
+        "Journaled under HOME/batches/: --resume BATCH_ID runs only the items that did not "
+        "complete, with the limits given then. Exit 0 when every item completed.")
+    batch.add_argument("input", nargs="?", help="a .csv or .jsonl file")
+    batch.add_argument("--profile", help="the profile every item's sub-session starts from")
+    batch.add_argument("--prompt", help="the prompt template, e.g. 'Summarise {title}'")
+    batch.add_argument("--out", help="where results go: .jsonl or .csv (replaced)")
+    batch.add_argument("--concurrency", type=int, help="sub-sessions at once (default 16)")
+    batch.add_argument("--budget-turns", type=int, metavar="N", help="model calls per item")
+    batch.add_argument("--budget-tokens", type=int, metavar="N", help="tokens per item")
+    batch.add_argument("--budget-seconds", type=float, metavar="S", help="seconds per item")
+    batch.add_argument("--resume", metavar="BATCH_ID", help="continue this batch")
+    batch.add_argument("--progress-every", type=float, default=5.0, metavar="S",
+                       help="without a terminal: a progress line every S seconds (default 5)")
+
+
+def _budget(args: argparse.Namespace) -> Budget | None:
+    limits = {"max_turns": args.budget_turns, "max_tokens": args.budget_tokens,
+              "max_seconds": args.budget_seconds}
+    if all(value is None for value in limits.values()):
+        return None
+    try:
+        return Budget(**limits)
+    except ValueError as exc:
+        raise BatchError(f"--budget-*: {exc}") from None
+
+
+def _check(args: argparse.Namespace) -> None:
+    given = [flag for flag, value in (("INPUT", args.input), ("--profile", args.profile),
+                                      ("--prompt", args.prompt), ("--out", args.out))
+             if value is not None]
+    if args.resume is not None and given:
+        raise BatchError(f"--resume runs the batch as it was made; drop {', '.join(given)}")
+    if args.resume is None and len(given) < 4:
+        missing = [f for f in ("INPUT", "--profile", "--prompt", "--out") if f not in given]
+        raise BatchError(f"batch needs {', '.join(missing)} (or --resume BATCH_ID)")
+    if args.concurrency is not None and args.concurrency < 1:
+        raise BatchError("--concurrency must be at least 1")
+
+
+def run_batch_command(args: argparse.Namespace, home: Path, settings: Settings, out: TextIO,
+                      guard: Guard) -> int:
+    """Run the command; `guard` turns SIGTERM into a cancel (the CLI's own)."""
+    _check(args)
+    budget = _budget(args)
+    cwd = Path(os.getcwd())
+    concurrency = args.concurrency
+    profiles = load_profiles(home, str(cwd))
+    if args.profile is not None and args.profile not in profiles:
+        raise UnknownSessionType(args.profile, tuple(profiles))
+    if args.resume is not None:
+        batch = runner.reopen(home, args.resume, max_concurrency=concurrency, budget=budget)
+    else:
+        batch = runner.plan(
+            home, args.profile, args.input, args.prompt, args.out,
+            max_concurrency=concurrency or 16, budget=budget, cwd=cwd,
+            workspace=None if args.sandbox == "danger-full-access" else cwd)
+    config = SessionConfig(
+        max_depth=settings.max_depth, max_children=max(settings.max_children,
+                                                       batch.max_concurrency),
+        builtin_tools=True, env_policy=settings.env_policy, cwd=str(cwd),
+        sandbox=args.sandbox, approval="never", network_access=args.network)
+    err = sys.stderr
+    err.write(f"subsessions batch {batch.batch_id}: {batch.counters.total} items, "
+              f"{batch.journal.completed} completed before; journal {batch.journal.path}\n")
+    err.flush()
+    display = progress.choose(err, batch.counters.total, args.progress_every)
+    try:
+        result, signum = asyncio.run(guard(_run(batch, home, settings, config, display)))
+    except KeyboardInterrupt:
+        out.write(_interrupted(batch))
+        return 130
+    if signum or result is None:
+        out.write(_interrupted(batch))
+        return 128 + signum
+    out.write(summary(result))
+    return 0 if result.completed == result.total else 1
+
+
+async def _run(batch: Batch, home: Path, settings: Settings, config: SessionConfig,
+               display: progress.Display) -> BatchResult:
+    client = build_model_client(settings)
+    shown: asyncio.Task[None] | None = None
+    try:
+        async with Engine(home, model_client=client, model=settings.model,
+                          model_provider=settings.model_provider,
+                          mcp_servers=settings.mcp_servers, mcp_source=settings.source,
+                          backend=backend_from(settings)) as engine:
+            parent = await engine.create_session(config, source="cli")
+            shown = asyncio.get_running_loop().create_task(
+                progress.follow(batch.counters, display, BAR_SECONDS))
+            return await batch.run(parent.subsessions)
+    finally:
+        batch.close()  # when it never ran (the engine did not start)
+        if shown is not None:
+            shown.cancel()
+            await asyncio.wait((shown,))
+        await client.aclose()
+
+
+def summary(result: BatchResult) -> str:
+    text = (f"batch {result.batch_id}: {result.completed}/{result.total} completed, "
+            f"{result.failed} failed, {result.cancelled} cancelled; output {result.output_path}")
+    if result.completed < result.total:
+        text += f"; resume with: subsessions batch --resume {result.batch_id}"
+    return text + "\n"
+
+
+def _interrupted(batch: Batch) -> str:
+    c = batch.counters
+    return (f"batch {batch.batch_id} interrupted: {c.completed}/{c.total} completed; resume "
+            f"with: subsessions batch --resume {batch.batch_id}\n")
