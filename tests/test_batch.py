@@ -192,31 +192,32 @@ async def test_resume_runs_only_unfinished_items_with_new_limits(
     write_csv(work(parent) / "in.csv", 6)
     calls: dict[str, int] = {}
 
-    def flaky(request: ModelRequest) -> list[str]:
+    def answer(request: ModelRequest) -> list[Any]:
         prompt = first_prompt(request)
         calls[prompt] = calls.get(prompt, 0) + 1
-        if prompt in ("Do item1", "Do item4") and calls[prompt] == 1:
-            raise RuntimeError("provider hiccup")
+        if prompt in ("Do item1", "Do item4") and not outputs(request):
+            return [call("list_profiles")]  # these need two model calls
         return [f"ok {prompt}"]
 
     for i in range(6):
-        script.handlers[f"Do item{i}"] = flaky
+        script.handlers[f"Do item{i}"] = answer
     first = await parent.subsessions.run_batch("worker", "in.csv", "Do {name}", "out.jsonl",
-                                               max_concurrency=3)
+                                               max_concurrency=3, budget=Budget(max_turns=1))
     assert (first.completed, first.failed) == (4, 2)
-    assert [item for item, _ in first.failed_items] == [3, 6]
+    assert first.failed_items == ((3, "budget exhausted: turns limit 1 reached"),
+                                  (6, "budget exhausted: turns limit 1 reached"))
     again = await parent.subsessions.run_batch(
         "worker", "ignored", "ignored", "ignored", max_concurrency=2,
-        budget=Budget(max_turns=5), resume=first.batch_id)
+        budget=Budget(max_turns=3), resume=first.batch_id)  # a raised limit
     assert (again.batch_id, again.total, again.completed, again.failed) == (
         first.batch_id, 6, 6, 0)
-    assert all(n == 1 for p, n in calls.items() if p not in ("Do item1", "Do item4"))
-    assert calls["Do item1"] == calls["Do item4"] == 2
+    assert {p: n for p, n in calls.items() if n != 1} == {"Do item1": 3, "Do item4": 3}
     out = lines(work(parent) / "out.jsonl")
     assert sorted(o["item"] for o in out) == list(range(2, 8))  # one line each
     assert all(o["status"] == "completed" for o in out)
+    assert {o["item"]: o["usage"]["turns"] for o in out if o["item"] in (3, 6)} == {3: 2, 6: 2}
     resumed = [r for r in lines(journal_path(home, first.batch_id)) if r["type"] == "resume"]
-    assert resumed[0]["budget"]["max_turns"] == 5 and resumed[0]["max_concurrency"] == 2
+    assert resumed[0]["budget"]["max_turns"] == 3 and resumed[0]["max_concurrency"] == 2
 
 
 async def test_a_journal_of_another_input_or_damaged_is_refused_and_left_alone(
@@ -255,3 +256,24 @@ async def test_a_cancelled_batch_journals_its_running_children_as_cancelled(
         2: "completed", 3: "completed", 4: "cancelled", 5: "cancelled", 6: "cancelled"}
     assert sorted(script.cancelled) == ["Do item2", "Do item3", "Do item4"]
     assert parent.subsessions.running() == []
+
+
+async def test_a_journal_torn_by_a_crash_is_resumed_and_a_running_batch_is_not_run_twice(
+        parent: Session, script: Script, home: Path) -> None:
+    write_csv(work(parent) / "in.csv", 3)
+    script.hold("Do item2")
+    run = asyncio.ensure_future(parent.subsessions.run_batch(
+        "worker", "in.csv", "Do {name}", "out.jsonl", max_concurrency=3))
+    await script.started("Do item2")
+    [journal] = (home / "batches").iterdir()
+    with pytest.raises(BatchError) as refused:
+        await parent.subsessions.run_batch("worker", "", "", "", resume=journal.stem)
+    assert str(refused.value) == f"batch {journal.stem} is running in another process"
+    script.answer("Do item2", ["late"])
+    assert (await run).completed == 3
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"type":"item","item":3,"sta')  # a write cut by a crash
+    again = await parent.subsessions.run_batch("worker", "", "", "", resume=journal.stem)
+    assert (again.total, again.completed) == (3, 3)
+    assert journal.read_bytes().startswith(whole + b'{"type":"item","item":3,"sta\n')
+    assert len(lines(work(parent) / "out.jsonl")) == 3

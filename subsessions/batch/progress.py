@@ -65,7 +65,7 @@ class Lines:
 class Bar:
     """rich's progress bar, refreshed by `show` only (no thread of its own)."""
 
-    def __init__(self, stream: TextIO, total: int) -> None:
+    def __init__(self, stream: TextIO, total: int, terminal: bool | None = None) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -75,7 +75,8 @@ class Bar:
                        "[red]{task.fields[failed]} failed[/] "
                        "{task.fields[running]} running, {task.fields[tokens]} tokens, "
                        "{task.fields[rate]}, ETA {task.fields[eta]}"),
-            console=Console(file=stream), auto_refresh=False, transient=False)
+            console=Console(file=stream, force_terminal=terminal), auto_refresh=False,
+            transient=False)
         self._task = self._progress.add_task("batch", total=total, **self._fields(None))
         self._progress.start()
 
