@@ -277,3 +277,25 @@ async def test_a_journal_torn_by_a_crash_is_resumed_and_a_running_batch_is_not_r
     assert (again.total, again.completed) == (3, 3)
     assert journal.read_bytes().startswith(whole + b'{"type":"item","item":3,"sta\n')
     assert len(lines(work(parent) / "out.jsonl")) == 3
+
+
+async def test_a_tree_limit_below_the_concurrency_holds_items_back_instead_of_failing_them(
+        engine: Engine, script: Script, tmp_path: Path) -> None:
+    parent = await engine.create_session(SessionConfig(
+        custom_agents=(WORKER,), cwd=str(tmp_path), max_children=2))
+    write_csv(tmp_path / "in.csv", 9)
+    running, most = [0], [0]
+
+    async def answer(request: ModelRequest) -> list[str]:
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        await asyncio.sleep(0)
+        running[0] -= 1
+        return ["ok"]
+
+    for i in range(9):
+        script.handlers[f"Do item{i}"] = answer
+    result = await parent.subsessions.run_batch("worker", "in.csv", "Do {name}", "out.jsonl",
+                                                max_concurrency=16)
+    assert (result.completed, result.failed) == (9, 0)
+    assert most[0] == 2
