@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from subsessions import composition, waits
-from subsessions.batch import runner as batch_runner
+from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
 from subsessions.children import (
@@ -294,7 +294,7 @@ class SubsessionManager:
         Relative paths are the session's cwd's (with `inside_workspace`, both must lie in
         it). `resume` (a batch id) runs that batch's unfinished items with these limits."""
         cwd = Path(self._session.cwd)
-        return await batch_runner.run_batch(
+        return await batch_planning.run_batch(
             self, self._session.runtime.home, session_type, items_path, prompt, output_path,
             max_concurrency=max_concurrency, budget=budget, resume=resume, cwd=cwd,
             workspace=cwd if inside_workspace else None, call_id=call_id)

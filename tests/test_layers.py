@@ -113,7 +113,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "tools.patch_commit",
         "tools.sandbox", "tools.seccomp", "tools.shell"),
     3: ("dispatch", "runtime"),
-    4: ("batch.runner", "composition", "manager", "member"),
+    4: ("batch.runner", "batch.planning", "composition", "manager", "member"),
     5: ("handlers.subsessions", "router", "task"),
     6: ("resume", "session"),
     7: ("engine", "ray", "ray.backend", "ray.channel", "ray.host", "ray.placement", "ray.shard",

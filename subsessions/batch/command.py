@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
-from subsessions.batch import progress, runner
+from subsessions.batch import planning, progress
 from subsessions.batch.runner import Batch, BatchResult
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig
@@ -88,9 +88,9 @@ def run_batch_command(args: argparse.Namespace, home: Path, settings: Settings, 
     if args.profile is not None and args.profile not in profiles:
         raise UnknownSessionType(args.profile, tuple(profiles))
     if args.resume is not None:
-        batch = runner.reopen(home, args.resume, max_concurrency=concurrency, budget=budget)
+        batch = planning.reopen(home, args.resume, max_concurrency=concurrency, budget=budget)
     else:
-        batch = runner.plan(
+        batch = planning.plan(
             home, args.profile, args.input, args.prompt, args.out,
             max_concurrency=concurrency or 16, budget=budget, cwd=cwd,
             workspace=None if args.sandbox == "danger-full-access" else cwd)

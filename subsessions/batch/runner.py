@@ -1,7 +1,6 @@
 """Running a batch: items pulled from the input as slots free, one child each, endings journaled.
 
-`plan` checks everything a batch needs before one child starts (input, template, paths,
-journal) and refuses with one line; `Batch.run` then keeps at most `max_concurrency`
+A `Batch` (made by `planning.plan` or `planning.reopen`) keeps at most `max_concurrency`
 children running, journals each ending before its output line, and forgets each ended child
 so memory follows the concurrency, not the item count. Cancelled, it cancels its running
 children and journals their endings before the cancel goes on.
@@ -11,23 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import os
 import time
-from collections.abc import Callable, Coroutine, Mapping
-from pathlib import Path
+from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
 from attrs import define, field, frozen
 
 from subsessions.batch.journal import COMPLETED, Journal
 from subsessions.batch.output import Output
-from subsessions.batch.source import Item, Scan, format_of, items, scan
+from subsessions.batch.source import Item, Scan, items
 from subsessions.batch.template import MissingField, Template
 from subsessions.budget import Budget
 from subsessions.children import ChildInfo
 from subsessions.errors import (
-    BatchError,
     ChildCancelled,
     ChildFailed,
     ChildLimitReached,
@@ -38,7 +33,6 @@ from subsessions.errors import (
     UnknownSession,
     UnknownSessionType,
 )
-from subsessions.ids import new_session_id
 from subsessions.profiles import Profile
 
 FAILED_SHOWN = 20  # failed items a result lists
@@ -56,43 +50,6 @@ class BatchHost(Protocol):
     def forget(self, session_id: str) -> None: ...
     async def cancel_child(self, session_id: str) -> bool: ...
     def profiles(self) -> Mapping[str, Profile]: ...
-
-
-async def run_batch(
-    host: BatchHost, home: Path, session_type: str, input_path: str | os.PathLike[str],
-    prompt: str, output_path: str | os.PathLike[str], *, max_concurrency: int | None = 16,
-    budget: Budget | None = None, resume: str | None = None, cwd: Path,
-    workspace: str | os.PathLike[str] | None = None, call_id: str | None = None,
-) -> BatchResult:
-    """Plan a new batch (or reopen one to resume) and run it to its end."""
-    if resume is not None:
-        make = functools.partial(reopen, home, resume, max_concurrency=max_concurrency,
-                                 budget=budget)
-    else:
-        if session_type not in host.profiles():
-            raise UnknownSessionType(session_type, tuple(host.profiles()))
-        make = functools.partial(
-            plan, home, session_type, input_path, prompt, output_path,
-            max_concurrency=16 if max_concurrency is None else max_concurrency, budget=budget,
-            cwd=cwd, workspace=None if workspace is None else Path(workspace))
-    batch = await _off_the_loop(make)
-    return await batch.run(host, call_id)
-
-
-async def _off_the_loop(make: Callable[[], Batch]) -> Batch:
-    """The checking pass reads the whole input: in a thread, so other sessions run meanwhile.
-    A caller cancelled meanwhile leaves no journal open behind it."""
-    future = asyncio.ensure_future(asyncio.to_thread(make))
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        future.add_done_callback(_close_unused)
-        raise
-
-
-def _close_unused(future: asyncio.Future[Batch]) -> None:
-    if not future.cancelled() and future.exception() is None:
-        future.result().journal.close()
 
 
 @frozen
@@ -130,84 +87,6 @@ class Counters:
     @property
     def ended(self) -> int:
         return self.completed + self.failed + self.cancelled
-
-
-def resolve(path: str | os.PathLike[str], cwd: Path, workspace: Path | None, role: str) -> Path:
-    """`path` against `cwd`; with a workspace, it must lie inside it (symlinks resolved)."""
-    if not isinstance(path, str | os.PathLike) or not os.fspath(path).strip():
-        raise BatchError(f"the {role} path is empty")
-    full = Path(os.path.realpath(cwd / path))
-    if workspace is not None and not full.is_relative_to(os.path.realpath(workspace)):
-        raise BatchError(f"{role} {path} is outside the workspace {workspace}")
-    return full
-
-
-def plan(
-    home: Path, session_type: str, input_path: str | os.PathLike[str], prompt: str,
-    output_path: str | os.PathLike[str], *, max_concurrency: int = 16,
-    budget: Budget | None = None, cwd: Path, workspace: Path | None = None,
-) -> Batch:
-    """A new batch, checked whole; nothing runs and nothing is written on a refusal."""
-    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or (
-            max_concurrency < 1):
-        raise BatchError("max_concurrency must be a whole number of at least 1")
-    source = resolve(input_path, cwd, workspace, "input")
-    target = resolve(output_path, cwd, workspace, "output")
-    template = Template.parse(prompt)
-    output_format = format_of(target, "output")
-    if target == source:
-        raise BatchError(f"output {output_path} is the input itself; name another file")
-    if not target.parent.is_dir():
-        raise BatchError(f"output {output_path}: folder {target.parent} does not exist")
-    scanned = scan(source)
-    _check_fields(scanned, template)
-    output = Output.plan(target, output_format, scanned.columns or template.fields)
-    header = {"batch_id": new_session_id(), "session_type": session_type,
-              "input_path": str(source), "input_sha256": scanned.sha256,
-              "total": scanned.total, "prompt": prompt, "output_path": str(target),
-              "max_concurrency": max_concurrency,
-              "budget": None if budget is None else budget.as_dict()}
-    journal = Journal.create(home, header)
-    return Batch(journal, scanned, template, output, session_type, max_concurrency, budget)
-
-
-def reopen(home: Path, batch_id: str, *, max_concurrency: int | None = None,
-           budget: Budget | None = None) -> Batch:
-    """A batch to resume: its journal's options, with new limits where given. Its input
-    must be the very file it was made from."""
-    journal = Journal.open(home, batch_id)
-    try:
-        header = journal.header
-        source = Path(header["input_path"])
-        scanned = scan(source)
-        if scanned.sha256 != header["input_sha256"]:
-            raise BatchError(f"batch {batch_id} was made from another {source} (its SHA-256 "
-                             "differs); start a new batch for this input")
-        template = Template.parse(header["prompt"])
-        target = Path(header["output_path"])
-        output = Output.plan(target, format_of(target, "output"),
-                             scanned.columns or template.fields)
-        concurrency = max_concurrency or int(header["max_concurrency"])
-        if budget is None and header["budget"] is not None:
-            budget = Budget(**header["budget"])
-        journal.resumed({"max_concurrency": concurrency,
-                         "budget": None if budget is None else budget.as_dict()})
-    except BaseException:
-        journal.close()
-        raise
-    return Batch(journal, scanned, template, output, str(header["session_type"]), concurrency,
-                 budget, resuming=True)
-
-
-def _check_fields(scanned: Scan, template: Template) -> None:
-    """A CSV's header is known: a field it lacks refuses the batch. (A JSONL item lacking
-    one fails alone.)"""
-    if scanned.columns is None:
-        return
-    for name in template.fields:
-        if name not in scanned.columns:
-            raise BatchError(f"the prompt names field {{{name}}}, but input {scanned.path} has "
-                             f"no such column (it has: {', '.join(scanned.columns)})")
 
 
 @define(eq=False)
