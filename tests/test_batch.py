@@ -299,3 +299,18 @@ async def test_a_tree_limit_below_the_concurrency_holds_items_back_instead_of_fa
                                                 max_concurrency=16)
     assert (result.completed, result.failed) == (9, 0)
     assert most[0] == 2
+
+
+async def test_a_batch_on_either_backend_completes_every_item(
+        home: Path, tmp_path: Path, backend: Any) -> None:
+    script = Script(route=first_prompt)
+    write_csv(tmp_path / "in.csv", 6)
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
+        parent = await engine.create_session(SessionConfig(
+            custom_agents=(WORKER,), cwd=str(tmp_path), max_children=8))
+        result = await parent.subsessions.run_batch("worker", "in.csv", "Do {name}",
+                                                    "out.jsonl", max_concurrency=3)
+        assert parent.subsessions.children() == []
+    assert (result.completed, result.failed) == (6, 0)
+    out = sorted((o["item"], o["result"]) for o in lines(tmp_path / "out.jsonl"))
+    assert out == [(i + 2, f"answer to Do item{i}") for i in range(6)]
