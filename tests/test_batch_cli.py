@@ -175,3 +175,32 @@ async def test_a_sigkill_mid_batch_loses_nothing_and_resume_runs_no_item_twice(
     assert len(again) == 20 and not set(again) & before  # no completed item ran twice
     out_items = sorted(r["item"] for r in records(tmp_path / "out.jsonl"))
     assert out_items == list(range(2, 32))  # every item, one line each
+
+
+async def test_sigterm_cancels_the_running_items_journals_them_and_says_how_to_resume(
+        fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    write_csv(tmp_path / "cities.csv", 5)
+    never, both = asyncio.Event(), asyncio.Event()
+
+    async def stall(request: Recorded) -> Reply:
+        if len(fake_openai.requests) == 2:
+            both.set()  # both slots are at their model call
+        await never.wait()
+        return echo(request)
+
+    fake_openai.script = stall
+    home = tmp_path / "home"
+    process = await asyncio.create_subprocess_exec(
+        *command(fake_openai, home, "cities.csv", "--profile", "default", "--prompt",
+                 "Describe {city}", "--out", "out.jsonl", "--concurrency", "2"),
+        cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    await asyncio.wait_for(both.wait(), 40)
+    process.send_signal(signal.SIGTERM)
+    out, _ = await asyncio.wait_for(process.communicate(), 40)
+    assert process.returncode == 128 + signal.SIGTERM
+    [journal] = (home / "batches").glob("*.jsonl")
+    assert out.decode() == (f"batch {journal.stem} interrupted: 0/5 completed; resume with: "
+                            f"subsessions batch --resume {journal.stem}\n")
+    endings = [r for r in records(journal)[1:] if r["type"] == "item"]
+    assert sorted((r["item"], r["status"]) for r in endings) == [(2, "cancelled"),
+                                                                  (3, "cancelled")]
