@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -314,3 +316,35 @@ async def test_a_batch_on_either_backend_completes_every_item(
     assert (result.completed, result.failed) == (6, 0)
     out = sorted((o["item"], o["result"]) for o in lines(tmp_path / "out.jsonl"))
     assert out == [(i + 2, f"answer to Do item{i}") for i in range(6)]
+
+
+STREAMING = """
+import resource, sys
+from pathlib import Path
+from subsessions.batch.source import items, scan
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+scanned = scan(Path(sys.argv[1]))
+count = sum(1 for item in items(scanned) if item.fields is not None)
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(scanned.total, count, grown)
+"""
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_million_lines_are_read_as_a_stream(tmp_path: Path, suffix: str) -> None:
+    source = tmp_path / f"big{suffix}"
+    with open(source, "w") as file:
+        if suffix == ".csv":
+            file.write("name,text\n")
+            file.writelines(f"n{i},some text of forty characters {i:07d}\n"
+                            for i in range(1_000_000))
+        else:
+            file.writelines(f'{{"name": "n{i}", "text": "some text {i:07d}"}}\n'
+                            for i in range(1_000_000))
+    assert source.stat().st_size > 40 << 20
+    done = subprocess.run([sys.executable, "-c", STREAMING, str(source)], check=True,
+                          capture_output=True, text=True, timeout=50,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    total, count, grown_kib = map(int, done.stdout.split())
+    assert total == count == 1_000_000
+    assert grown_kib < 8 << 10  # under 8 MiB for a file of over 40 MiB
