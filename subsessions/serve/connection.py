@@ -1,6 +1,7 @@
 """One host connection: the Copilot runtime's JSON-RPC methods over one engine.
 
-A connection sees, drives and deletes only the sessions it created or resumed (DESIGN 4,
+A connection sees, drives and deletes only the sessions it created or resumed, and names
+them by full id only (`access`, the wires' one rule; DESIGN 4,
 isolation between hosts); when it goes away, they are closed and their running trees
 cancelled. With a connection token (TCP), nothing but `connect` and `ping` is served
 before `connect` has presented it.
@@ -18,10 +19,10 @@ from typing import Any
 
 from attrs import define, field
 
+from subsessions import access
 from subsessions._version import __version__
 from subsessions.engine import Engine
 from subsessions.errors import SessionBusy, UnknownSession
-from subsessions.rollouts.files import find_rollout
 from subsessions.serve.options import session_options
 from subsessions.serve.peer import INVALID_PARAMS, INVALID_REQUEST, Peer, RpcError
 from subsessions.serve.served import HostBridge, ServedSession
@@ -103,9 +104,10 @@ class Connection:
         session_id = _session_id(params)
         if session_id in self._sessions:
             raise SessionBusy(session_id, "is already open on this connection")
+        path = access.at_rest(self.engine, session_id)  # never a path or a prefix (README)
         bridge = HostBridge(self.peer, session_id)
         options = session_options(params, bridge, self.settings, self.engine.cwd)
-        session = await self.engine.resume_session(session_id, options.config)
+        session = await self.engine.resume_session(path, options.config)
         return self._serve(session, bridge, options, resumed=True)
 
     def _serve(self, session: Any, bridge: HostBridge, options: Any, resumed: bool
@@ -117,11 +119,7 @@ class Connection:
         return {"sessionId": session.session_id, "workspacePath": None}
 
     def _served(self, params: dict[str, Any]) -> ServedSession:
-        session_id = params.get("sessionId")
-        served = self._sessions.get(session_id) if isinstance(session_id, str) else None
-        if served is None:
-            raise UnknownSession(str(session_id)[:128])
-        return served
+        return self._sessions[access.named(params.get("sessionId"), self._sessions)]
 
     async def _send(self, params: dict[str, Any]) -> dict[str, Any]:
         turn, _ = self._served(params).send(_prompt(params))
@@ -145,8 +143,11 @@ class Connection:
         return {"sessions": [_metadata(s) for s in self._sessions.values()]}
 
     async def _metadata(self, params: dict[str, Any]) -> dict[str, Any]:
-        served = self._sessions.get(str(params.get("sessionId")))
-        return {"session": _metadata(served) if served is not None else None}
+        try:
+            served = self._served(params)
+        except UnknownSession:
+            return {"session": None}
+        return {"session": _metadata(served)}
 
     async def _detach(self, params: dict[str, Any]) -> dict[str, Any]:
         await self._forget(self._served(params).session_id)
@@ -157,10 +158,8 @@ class Connection:
         if session_id in self._sessions:
             await self._forget(session_id, delete=True)
             return {"success": True}
-        if self.engine.get_session(session_id) is not None:
-            return {"success": False, "error": f"session {session_id} is open elsewhere"}
-        try:
-            path = find_rollout(self.engine.home, session_id)
+        try:  # only by its full id, and only when no one holds it open
+            path = access.at_rest(self.engine, session_id)
         except UnknownSession as exc:
             return {"success": False, "error": str(exc)}
         with contextlib.suppress(FileNotFoundError):
