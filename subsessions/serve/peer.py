@@ -137,10 +137,8 @@ class Peer:
         future = self._pending.get(message["id"]) if isinstance(message["id"], int) else None
         if future is None or future.done():
             return  # an answer to nothing we asked (or asked and gave up on)
-        error = message.get("error")
-        if isinstance(error, dict):
-            future.set_exception(RpcError(int(error.get("code", INTERNAL_ERROR)),
-                                          str(error.get("message", "")), error.get("data")))
+        if "error" in message:
+            future.set_exception(_host_error(message["error"]))
         else:
             future.set_result(message.get("result"))
 
@@ -181,3 +179,15 @@ class Peer:
         if self._closed or self._writer.is_closing():
             return  # the host is gone: nobody can read it
         self._writer.write(frame(orjson.dumps(message)))
+
+
+def _host_error(error: Any) -> RpcError:
+    """The host's error answer as an `RpcError`, however it is shaped (a host's malformed
+    answer fails that one request, never the runtime)."""
+    if not isinstance(error, dict):
+        return RpcError(INTERNAL_ERROR, f"the host answered with a malformed error: {error!r:.200}")
+    code, text = error.get("code"), str(error.get("message", ""))
+    if not isinstance(code, int) or isinstance(code, bool):
+        return RpcError(INTERNAL_ERROR, f"{text:.500} (the host's error code {code!r:.40} is "
+                        "not an integer)", error.get("data"))
+    return RpcError(code, text, error.get("data"))

@@ -132,13 +132,16 @@ async def _serve_tcp(
     connections: set[asyncio.Task[None]] = set()
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        connections.add(task)
-        try:
-            await _serve_one(Peer(reader, writer), engine, settings, token, finish)
-        finally:
-            connections.discard(task)
+        # The connection runs in a task of ours, cancelled at shutdown; the handler's own
+        # task is never cancelled by us (asyncio 3.11 prints a traceback for one that is).
+        served = asyncio.get_running_loop().create_task(
+            _serve_one(Peer(reader, writer), engine, settings, token, finish),
+            name="subsessions-serve-connection")
+        connections.add(served)
+        served.add_done_callback(connections.discard)
+        await asyncio.wait((served,))
+        if not served.cancelled():
+            served.result()  # a failure is the handler's: asyncio logs it
 
     try:
         server = await asyncio.start_server(accept, "127.0.0.1", port, limit=MAX_BODY)
