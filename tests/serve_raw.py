@@ -77,11 +77,12 @@ async def over_stdio(home: Path, fake: FakeOpenAI, cwd: Path) -> tuple[Any, Raw]
     return proc, Raw(proc.stdout, proc.stdin)
 
 
-async def over_tcp(home: Path, fake: FakeOpenAI, cwd: Path,
-                   env: dict[str, str] | None = None) -> tuple[Any, int]:
+async def over_tcp(home: Path, fake: FakeOpenAI, cwd: Path, env: dict[str, str] | None = None,
+                   log_level: str = "warning") -> tuple[Any, int]:
     """`serve --port 0` (stdin closed), and the port it printed."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *serve_args(home, fake, "--headless", "--port", "0"),
+        sys.executable, *serve_args(home, fake, "--headless", "--port", "0",
+                                    "--log-level", log_level),
         cwd=cwd, env=env or cli_env(), stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert proc.stdout is not None

@@ -68,3 +68,53 @@ async def test_sigterm_with_connections_open_exits_143_without_a_traceback(
     code, err = await end_of(proc, busy, idle)
     assert code == 128 + signal.SIGTERM
     assert "Traceback" not in err and "CancelledError" not in err, err
+
+
+def memory(pid: int, field: str) -> int:
+    """A `/proc/PID/status` figure in bytes (VmRSS: now; VmHWM: the peak so far)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+async def test_a_host_that_sends_and_never_reads_cannot_grow_the_runtime(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    proc, port = await over_tcp(home, fake_openai, tmp_path, log_level="debug")
+    assert proc.stderr is not None
+    host = await dial(port)
+    assert (await host.call("ping"))["result"]
+    before = memory(proc.pid, "VmRSS")
+    big = "x" * (1 << 20)  # each `ping` answers its 1 MB message back
+    count = 200
+
+    async def send() -> None:
+        for n in range(count):
+            host.send(orjson.dumps({"jsonrpc": "2.0", "id": n, "method": "ping",
+                                    "params": {"message": big}}))
+            await host.writer.drain()
+
+    async def paused() -> None:
+        while b"reading paused" not in await proc.stderr.readline():
+            pass
+
+    sending = asyncio.ensure_future(send())
+    waiting = asyncio.ensure_future(paused())
+    # Either the runtime stops reading from us, or (without backpressure) it reads it all.
+    await asyncio.wait((sending, waiting), timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    grown = memory(proc.pid, "VmHWM") - before
+    waiting.cancel()
+    answered = 0
+    while answered < count:  # now we read: nothing was lost, the rest is served in turn
+        message = await host.recv()
+        assert message["result"]["message"] == "pong: " + big
+        answered += 1
+    await sending
+    peak = memory(proc.pid, "VmHWM") - before
+    print(f"runtime growth: {grown >> 20} MB unread, {peak >> 20} MB peak")
+    os.kill(proc.pid, signal.SIGTERM)
+    code, err = await end_of(proc, host)
+    assert code == 128 + signal.SIGTERM, err
+    assert grown < 40 << 20, f"the runtime grew {grown >> 20} MB while the host did not read"
+    assert peak < 60 << 20, f"the runtime grew {peak >> 20} MB serving {count} MB"

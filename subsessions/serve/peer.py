@@ -2,13 +2,15 @@
 
 Requests from the host run concurrently, each in a task the peer owns (a `sendAndWait`
 may wait minutes while the host answers tool calls on the same stream). Writes happen in
-call order, so a notification sent before a response reaches the host first. A body that
+call order, so a notification sent before a response reaches the host first; while the
+host leaves them unread, the peer reads nothing more from it. A body that
 is not JSON-RPC gets a JSON-RPC error and the peer goes on; a framing fault ends it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -69,10 +71,25 @@ class Peer:
     async def serve(self) -> None:
         """Read and answer until the host closes the stream (or breaks its framing)."""
         try:
-            while (body := await read_frame(self._reader)) is not None:
+            while True:
+                await self._room()
+                if (body := await read_frame(self._reader)) is None:
+                    break
                 self._receive(body)
         finally:
             await self.close()
+
+    async def _room(self) -> None:
+        """Backpressure: while the host leaves what we wrote unread past the transport's
+        high-water mark, we read nothing more from it (so it cannot make us hold its
+        answers without bound); reading resumes once the transport has drained."""
+        transport = self._writer.transport
+        backlog = transport.get_write_buffer_size()
+        if backlog <= transport.get_write_buffer_limits()[1]:
+            return
+        log.debug("reading paused: the host has not read %d bytes", backlog)
+        with contextlib.suppress(ConnectionError):  # gone: the next read ends the loop
+            await self._writer.drain()
 
     async def close(self) -> None:
         """Stop: pending outgoing requests fail, handlers still running are cancelled."""
