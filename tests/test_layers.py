@@ -120,7 +120,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "mcp.server",
         "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
         "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",
-        "serve.peer", "serve.served", "serve.server", "serve.wire", "testing"),
+        "serve.history", "serve.peer", "serve.served", "serve.server", "serve.wire",
+        "testing"),
 }
 
 

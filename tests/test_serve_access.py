@@ -57,7 +57,7 @@ async def test_another_connection_cannot_delete_resume_or_probe_a_session(
         assert answer == {"success": False, "error": f"unknown session {named}"}
     for named in (first[:8], first, nowhere, "../x", first + ".jsonl"):
         unknown(await mallory.call("session.resume", {"sessionId": named}), named)
-        for method in ("session.send", "session.abort", "session.detach"):
+        for method in ("session.send", "session.abort", "session.detach", "session.getMessages"):
             unknown(await mallory.call(method, {"sessionId": named, "prompt": "x"}), named)
         meta = await mallory.call("session.getMetadata", {"sessionId": named})
         assert meta["result"] == {"session": None}

@@ -23,6 +23,7 @@ from subsessions import access
 from subsessions._version import __version__
 from subsessions.engine import Engine
 from subsessions.errors import SessionBusy, UnknownSession
+from subsessions.serve import history
 from subsessions.serve.options import session_options
 from subsessions.serve.peer import INVALID_PARAMS, INVALID_REQUEST, Peer, RpcError
 from subsessions.serve.served import HostBridge, ServedSession
@@ -53,6 +54,7 @@ class Connection:
             "session.abort": self._abort, "session.list": self._list,
             "session.getMetadata": self._metadata, "session.detach": self._detach,
             "session.delete": self._delete, "runtime.shutdown": self._shutdown,
+            "session.getMessages": self._messages,
             "session.tools.handlePendingToolCall": self._tool_answer,
             "session.permissions.handlePendingPermissionRequest": self._permission_answer,
         }
@@ -116,7 +118,17 @@ class Connection:
         bridge.served = served
         self._sessions[session.session_id] = served
         served.start(resumed)
+        if not resumed:
+            self._lifecycle("session.created", session.session_id, session.started_at)
         return {"sessionId": session.session_id, "workspacePath": None}
+
+    def _lifecycle(self, kind: str, session_id: str, started: float | None = None) -> None:
+        """`session.lifecycle`: every SDK listens for it unasked; a connection is told of its
+        own sessions only (`access`: no other connection learns their ids)."""
+        note: dict[str, Any] = {"type": kind, "sessionId": session_id}
+        if started is not None:
+            note["metadata"] = _times(started)
+        self.peer.notify("session.lifecycle", note)
 
     def _served(self, params: dict[str, Any]) -> ServedSession:
         return self._sessions[access.named(params.get("sessionId"), self._sessions)]
@@ -142,6 +154,11 @@ class Connection:
     async def _list(self, _params: dict[str, Any]) -> dict[str, Any]:
         return {"sessions": [_metadata(s) for s in self._sessions.values()]}
 
+    async def _messages(self, params: dict[str, Any]) -> dict[str, Any]:
+        session = self._served(params).session
+        return {"events": history.replay(session.session_id, session.model, session.cwd,
+                                         session.started_at, session.history)}
+
     async def _metadata(self, params: dict[str, Any]) -> dict[str, Any]:
         try:
             served = self._served(params)
@@ -157,13 +174,14 @@ class Connection:
         session_id = _session_id(params)
         if session_id in self._sessions:
             await self._forget(session_id, delete=True)
-            return {"success": True}
-        try:  # only by its full id, and only when no one holds it open
-            path = access.at_rest(self.engine, session_id)
-        except UnknownSession as exc:
-            return {"success": False, "error": str(exc)}
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
+        else:
+            try:  # only by its full id, and only when no one holds it open
+                path = access.at_rest(self.engine, session_id)
+            except UnknownSession as exc:
+                return {"success": False, "error": str(exc)}
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+        self._lifecycle("session.deleted", session_id)
         return {"success": True}
 
     async def _forget(self, session_id: str, delete: bool = False) -> None:
@@ -208,7 +226,12 @@ def _prompt(params: dict[str, Any]) -> str:
 
 def _metadata(served: ServedSession) -> dict[str, Any]:
     session = served.session
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(session.started_at))
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"sessionId": session.session_id, "startTime": started, "modifiedTime": now,
-            "isRemote": False, "context": {"cwd": session.cwd}}
+    return {"sessionId": session.session_id, **_times(session.started_at), "isRemote": False,
+            "context": {"cwd": session.cwd}}
+
+
+def _times(started: float) -> dict[str, str]:
+    def stamp(at: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+    return {"startTime": stamp(started), "modifiedTime": stamp(time.time())}
