@@ -10,8 +10,8 @@ from pathlib import Path
 
 import openai
 import pytest
-from fake_openai import FakeOpenAI, Recorded, Reply, fake_openai, settle_sdk_generators, text
-from openai_support import rollouts
+from fake_openai import FakeOpenAI, fake_openai, settle_sdk_generators, text
+from openai_support import Held, rollouts
 
 from subsessions import Engine, InvalidArguments, StillRunning
 from subsessions.models.openai_responses import OpenAIResponsesModel
@@ -23,14 +23,7 @@ TIMEOUT = 20.0
 async def test_the_caller_stops_waiting_and_the_task_goes_on(
     home: Path, tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:
-    gate, arrived = asyncio.Event(), asyncio.Event()
-
-    async def script(request: Recorded) -> Reply:
-        arrived.set()
-        await gate.wait()
-        return text("worth the wait")
-
-    fake_openai.script = script
+    fake_openai.script = held = Held(text("worth the wait"))
     client = OpenAIResponsesModel(openai.AsyncOpenAI(base_url=fake_openai.base_url,
                                                      api_key="t", max_retries=0),
                                   provider="fake")
@@ -47,8 +40,8 @@ async def test_the_caller_stops_waiting_and_the_task_goes_on(
             assert isinstance(caught.value, StillRunning)
             assert str(caught.value) == (f"session {session.session_id} is still running "
                                          "after 0.05s; its task goes on")
-            await asyncio.wait_for(arrived.wait(), TIMEOUT)
-            gate.set()  # the task was left running: it ends now, with its answer
+            await asyncio.wait_for(held.arrived.wait(), TIMEOUT)
+            held.gate.set()  # the task was left running: it ends now, with its answer
             await asyncio.wait_for(idle.wait(), TIMEOUT)
             assert await session.send_and_wait("and now?", timeout=TIMEOUT) == "worth the wait"
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, fake_openai, text
-from openai_support import tool_outputs
+from openai_support import Held, tool_outputs
 from serve_support import copilot, python_client
 
 __all__ = ["fake_openai"]
@@ -66,14 +66,7 @@ async def test_get_events_and_lifecycle_through_a_resume(
 async def test_send_and_wait_timeout_gives_up_waiting_and_the_turn_goes_on(
     home: Path, tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:
-    gate, arrived = asyncio.Event(), asyncio.Event()
-
-    async def script(request: Recorded) -> Reply:
-        arrived.set()
-        await gate.wait()
-        return text("worth the wait")
-
-    fake_openai.script = script
+    fake_openai.script = held = Held(text("worth the wait"))
     async with python_client(home, fake_openai, tmp_path) as client:
         session = await client.create_session(
             on_permission_request=copilot.PermissionHandler.approve_all)
@@ -85,8 +78,8 @@ async def test_send_and_wait_timeout_gives_up_waiting_and_the_turn_goes_on(
             pass
         else:
             raise AssertionError("send_and_wait returned before the model answered")
-        await asyncio.wait_for(arrived.wait(), TIMEOUT)
-        gate.set()  # the turn was left running: it ends now
+        await asyncio.wait_for(held.arrived.wait(), TIMEOUT)
+        held.gate.set()  # the turn was left running: it ends now
         await asyncio.wait_for(idle.wait(), TIMEOUT)
         events = await session.get_events()
         assert events[-1].data.content == "worth the wait"
