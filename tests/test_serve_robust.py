@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from fake_openai import FakeOpenAI, fake_openai, text
 from serve_raw import TIMEOUT, dial, end_of, over_stdio, over_tcp
 
@@ -51,21 +52,27 @@ async def test_a_host_error_with_a_text_code_fails_the_hook_not_the_runtime(
     assert "x (the host's error code 'boom' is not an integer)" in err  # the hook's failure
 
 
+@pytest.mark.parametrize("transport", ["tcp", "stdio"])
 async def test_sigterm_with_connections_open_exits_143_without_a_traceback(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, transport: str
 ) -> None:
     fake_openai.script = lambda request: text("never").stall_after(0)
-    proc, port = await over_tcp(home, fake_openai, tmp_path)
-    busy, idle = await dial(port), await dial(port)
+    if transport == "tcp":
+        proc, port = await over_tcp(home, fake_openai, tmp_path)
+        hosts = [await dial(port), await dial(port)]
+        assert (await hosts[1].call("ping"))["result"]  # a second one, idle
+    else:
+        proc, host = await over_stdio(home, fake_openai, tmp_path)
+        hosts = [host]  # on the runtime's pipes: closed with them
+    busy = hosts[0]
     sid = str(uuid.uuid4())
     assert (await busy.call("session.create", {"sessionId": sid}))["result"]
-    assert (await idle.call("ping"))["result"]
     busy.send(orjson.dumps({"jsonrpc": "2.0", "id": "run", "method": "session.sendAndWait",
                             "params": {"sessionId": sid, "prompt": "go"}}))
     await busy.event("assistant.turn_start")
     os.kill(proc.pid, signal.SIGTERM)
     await asyncio.wait_for(proc.wait(), TIMEOUT)
-    code, err = await end_of(proc, busy, idle)
+    code, err = await end_of(proc, *(hosts if transport == "tcp" else ()))
     assert code == 128 + signal.SIGTERM
     assert "Traceback" not in err and "CancelledError" not in err, err
 
