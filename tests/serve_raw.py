@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from fake_openai import FakeOpenAI
 from openai_support import cli_env
 from serve_support import serve_args
@@ -104,3 +106,38 @@ async def end_of(proc: Any, *hosts: Raw) -> tuple[int, str]:
         proc.stdin.close()
     _, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
     return proc.returncode, err.decode()
+
+
+class Runtimes:
+    """The runtimes a test started: each one still running when the test ends (a failed
+    test's too) is killed and reaped."""
+
+    def __init__(self) -> None:
+        self.started: list[Any] = []
+
+    async def stdio(self, home: Path, fake: FakeOpenAI, cwd: Path) -> tuple[Any, Raw]:
+        proc, host = await over_stdio(home, fake, cwd)
+        self.started.append(proc)
+        return proc, host
+
+    async def tcp(self, home: Path, fake: FakeOpenAI, cwd: Path,
+                  env: dict[str, str] | None = None, log_level: str = "warning"
+                  ) -> tuple[Any, int]:
+        proc, port = await over_tcp(home, fake, cwd, env, log_level)
+        self.started.append(proc)
+        return proc, port
+
+    async def reap(self) -> None:
+        for proc in self.started:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.communicate()
+
+
+@pytest.fixture
+async def runtimes() -> AsyncIterator[Runtimes]:
+    started = Runtimes()
+    try:
+        yield started
+    finally:
+        await started.reap()

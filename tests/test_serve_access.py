@@ -13,12 +13,12 @@ from typing import Any
 
 from fake_openai import FakeOpenAI, fake_openai, text
 from openai_support import rollouts
-from serve_raw import Raw, dial, end_of, over_tcp
+from serve_raw import Raw, Runtimes, dial, end_of, runtimes
 
 from subsessions.errors import echo
 from subsessions.rollouts import find_rollout
 
-__all__ = ["fake_openai"]
+__all__ = ["fake_openai", "runtimes"]
 
 
 def twin_ids() -> tuple[str, str]:
@@ -40,10 +40,10 @@ def unknown(answer: dict[str, Any], named: str) -> None:
 
 
 async def test_another_connection_cannot_delete_resume_or_probe_a_session(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
     fake_openai.script = lambda request: text("ok")
-    proc, port = await over_tcp(home, fake_openai, tmp_path)
+    proc, port = await runtimes.tcp(home, fake_openai, tmp_path)
     alice, mallory = await dial(port), await dial(port)
     first, second = twin_ids()
     for session_id in (first, second):
@@ -85,10 +85,10 @@ async def test_another_connection_cannot_delete_resume_or_probe_a_session(
 
 
 async def test_resume_takes_no_path_inside_or_outside_the_home(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
     fake_openai.script = lambda request: text("ok")
-    proc, port = await over_tcp(home, fake_openai, tmp_path)
+    proc, port = await runtimes.tcp(home, fake_openai, tmp_path)
     host = await dial(port)
     session_id = str(uuid.uuid4())
     await used(host, session_id)

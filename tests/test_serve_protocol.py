@@ -14,19 +14,19 @@ from typing import Any
 import pytest
 from fake_openai import FakeOpenAI, call, calls, fake_openai, text
 from openai_support import cli_env, rollouts, tool_outputs
-from serve_raw import TIMEOUT, dial, end_of, over_stdio, over_tcp
+from serve_raw import TIMEOUT, Runtimes, dial, end_of, runtimes
 from serve_support import CHECKER
 
 from subsessions.serve.framing import FramingError, frame, read_frame
 
-__all__ = ["fake_openai"]
+__all__ = ["fake_openai", "runtimes"]
 
 
 async def test_bad_requests_get_json_rpc_errors_and_the_server_goes_on(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
     fake_openai.reply_with(text("still here"))
-    proc, host = await over_stdio(home, fake_openai, tmp_path)
+    proc, host = await runtimes.stdio(home, fake_openai, tmp_path)
     host.send(b"{not json")
     assert (await host.answer(None))["error"]["code"] == -32700
     host.send(b"[1, 2]")
@@ -74,9 +74,9 @@ async def test_bad_requests_get_json_rpc_errors_and_the_server_goes_on(
 
 
 async def test_a_broken_frame_ends_the_connection_with_a_clear_line(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
-    proc, host = await over_stdio(home, fake_openai, tmp_path)
+    proc, host = await runtimes.stdio(home, fake_openai, tmp_path)
     assert "result" in await host.call("ping", {})
     host.writer.write(b"Content-Length: lots\r\n\r\n{}")
     code, err = await end_of(proc)
@@ -95,10 +95,10 @@ def _stall_the_child(request: Any) -> Any:
 
 
 async def test_runtime_shutdown_cancels_the_running_tree_and_exits(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
     fake_openai.script = _stall_the_child
-    proc, host = await over_stdio(home, fake_openai, tmp_path)
+    proc, host = await runtimes.stdio(home, fake_openai, tmp_path)
     sid = str(uuid.uuid4())
     await host.call("session.create", {"sessionId": sid, "customAgents": [
         {"name": "checker", "prompt": CHECKER, "tools": []}]})
@@ -117,10 +117,10 @@ async def test_runtime_shutdown_cancels_the_running_tree_and_exits(
 
 
 async def test_tcp_on_loopback_checks_the_connection_token(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
     env = {**cli_env(), "COPILOT_CONNECTION_TOKEN": "s3cret"}
-    proc, port = await over_tcp(home, fake_openai, tmp_path, env)
+    proc, port = await runtimes.tcp(home, fake_openai, tmp_path, env)
     host = await dial(port)
     early = await host.call("session.create", {"sessionId": str(uuid.uuid4())})
     assert early["error"]["message"] == "call connect with the connection token first"

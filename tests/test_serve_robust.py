@@ -14,16 +14,16 @@ from typing import Any
 import orjson
 import pytest
 from fake_openai import FakeOpenAI, fake_openai, text
-from serve_raw import TIMEOUT, dial, end_of, over_stdio, over_tcp
+from serve_raw import TIMEOUT, Runtimes, dial, end_of, runtimes
 
-__all__ = ["fake_openai"]
+__all__ = ["fake_openai", "runtimes"]
 
 
 async def test_a_host_error_with_a_text_code_fails_the_hook_not_the_runtime(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
     fake_openai.script = lambda request: text("answered")
-    proc, host = await over_stdio(home, fake_openai, tmp_path)
+    proc, host = await runtimes.stdio(home, fake_openai, tmp_path)
     sid = str(uuid.uuid4())
     hooks: list[str] = []
 
@@ -54,15 +54,15 @@ async def test_a_host_error_with_a_text_code_fails_the_hook_not_the_runtime(
 
 @pytest.mark.parametrize("transport", ["tcp", "stdio"])
 async def test_sigterm_with_connections_open_exits_143_without_a_traceback(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, transport: str
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes, transport: str
 ) -> None:
     fake_openai.script = lambda request: text("never").stall_after(0)
     if transport == "tcp":
-        proc, port = await over_tcp(home, fake_openai, tmp_path)
+        proc, port = await runtimes.tcp(home, fake_openai, tmp_path)
         hosts = [await dial(port), await dial(port)]
         assert (await hosts[1].call("ping"))["result"]  # a second one, idle
     else:
-        proc, host = await over_stdio(home, fake_openai, tmp_path)
+        proc, host = await runtimes.stdio(home, fake_openai, tmp_path)
         hosts = [host]  # on the runtime's pipes: closed with them
     busy = hosts[0]
     sid = str(uuid.uuid4())
@@ -86,9 +86,9 @@ def memory(pid: int, field: str) -> int:
 
 
 async def test_a_host_that_sends_and_never_reads_cannot_grow_the_runtime(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
-    proc, port = await over_tcp(home, fake_openai, tmp_path, log_level="debug")
+    proc, port = await runtimes.tcp(home, fake_openai, tmp_path, log_level="debug")
     assert proc.stderr is not None
     host = await dial(port)
     assert (await host.call("ping"))["result"]
