@@ -116,11 +116,12 @@ LAYERS: dict[int, tuple[str, ...]] = {
     6: ("resume", "session"),
     7: ("engine", "ray", "ray.backend", "ray.channel", "ray.host", "ray.placement", "ray.shard",
         "ray.wire"),
-    8: ("", "__main__", "cli", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.server",
+    8: ("", "__main__", "access", "cli", "demo", "demo_work", "mcp.connection", "mcp.app",
+        "mcp.server",
         "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
         "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",
-        "serve.peer", "serve.served", "serve.server", "serve.wire", "testing", "watch",
-        "watch.app", "watch.cells", "watch.command", "watch.follower", "watch.forest",
+        "serve.history", "serve.peer", "serve.served", "serve.server", "serve.wire", "testing",
+        "watch", "watch.app", "watch.cells", "watch.command", "watch.follower", "watch.forest",
         "watch.stats", "watch.table"),
 }
 
