@@ -58,11 +58,18 @@ async def test_a_servers_500_is_one_line_naming_the_server_and_its_message(
         "'content' (gave up after 3 attempts)")
 
 
-def _llama_call(piece: str, finish: str = "null") -> bytes:
+def _llama_call(piece: str, name: str = "lookup") -> bytes:
     """A delta as llama.cpp streams it: the call's id and name again in every chunk."""
-    call = ('{"index":0,"id":"call__0_lookup","type":"function",'
-            f'"function":{{"name":"lookup","arguments":"{piece}"}}}}')
-    return chat_delta(f'{{"role":null,"content":null,"tool_calls":[{call}]}}', finish)
+    call = (f'{{"index":0,"id":"call__0_{name}","type":"function",'
+            f'"function":{{"name":"{name}","arguments":"{piece}"}}}}')
+    return chat_delta(f'{{"role":null,"content":null,"tool_calls":[{call}]}}')
+
+
+def _llama_calls(name: str) -> Reply:
+    return raw(_llama_call("{", name), _llama_call('\\"topic\\": \\"x\\"', name),
+               _llama_call("}", name),
+               chat_delta('{"role":null,"content":null,"tool_calls":null}', '"tool_calls"'),
+               b"data: [DONE]\n\n")
 
 
 async def test_a_tool_name_repeated_in_every_chunk_is_one_name(
@@ -71,12 +78,7 @@ async def test_a_tool_name_repeated_in_every_chunk_is_one_name(
     seen: list[dict[str, object]] = []
     lookup = Tool(name="lookup", description="d", parameters={"type": "object"},
                   handler=lambda arguments, _inv: seen.append(arguments) or "PELICAN")
-    fake_openai.reply_with(
-        raw(_llama_call("{"), _llama_call('\\"topic\\": \\"x\\"'), _llama_call("}"),
-            chat_delta('{"role":null,"content":null,"tool_calls":null}', '"tool_calls"'),
-            b"data: [DONE]\n\n"),
-        text("it is PELICAN").without_usage(),
-    )
+    fake_openai.reply_with(_llama_calls("lookup"), text("it is PELICAN").without_usage())
     async with engine_for(fake_openai, "chat", home, tmp_path) as engine:
         session = await engine.create_session(SessionConfig(tools=(lookup,), max_depth=0))
         assert await session.send_and_wait("code word?") == "it is PELICAN"
@@ -85,3 +87,16 @@ async def test_a_tool_name_repeated_in_every_chunk_is_one_name(
     assert message["content"] == ""  # never null: llama.cpp refuses it, its templates need it
     assert message["tool_calls"][0]["function"] == {"name": "lookup",
                                                     "arguments": '{"topic": "x"}'}
+
+
+async def test_a_call_of_a_tool_not_offered_is_answered_unknown_and_the_loop_goes_on(
+    fake_openai: FakeOpenAI, home: Path, tmp_path: Path
+) -> None:
+    fake_openai.reply_with(_llama_calls("shell"), text("sorry, no shell").without_usage())
+    async with engine_for(fake_openai, "chat", home, tmp_path) as engine:
+        session = await engine.create_session(SessionConfig(max_depth=0))
+        assert await session.send_and_wait("list files") == "sorry, no shell"
+    assert "tools" not in fake_openai.requests[0].body  # nothing was offered
+    [told] = [m["content"] for m in fake_openai.requests[1].body["messages"]
+              if m["role"] == "tool"]
+    assert told == "Tool 'shell' is not supported by this client instance."
