@@ -156,3 +156,18 @@ def test_an_output_cap_below_one_is_refused_naming_the_key(home: Path) -> None:
         assert "model_max_output_tokens" in str(exc) and "at least 1" in str(exc)
     else:
         raise AssertionError("model_max_output_tokens = 0 was accepted")
+
+
+async def test_a_resumed_session_keeps_its_usage_marked_estimated(
+    fake_openai: FakeOpenAI, api: Api, home: Path, tmp_path: Path
+) -> None:
+    fake_openai.reply_with(text(ANSWER).without_usage(), text("again").with_usage(5, 1))
+    async with engine_on(fake_openai, api, home, tmp_path) as engine:
+        session = await engine.create_session(SessionConfig(max_depth=0))
+        await session.send_and_wait("first")
+        session_id = session.session_id
+        await engine.destroy_session(session_id)
+        resumed = await engine.resume_session(session_id)
+        assert resumed.usage().estimated and resumed.usage().output_tokens == 5
+        await resumed.send_and_wait("second")  # reported figures added to an estimate
+        assert resumed.usage().estimated and resumed.usage().output_tokens == 6
