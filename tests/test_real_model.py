@@ -212,7 +212,10 @@ async def test_mcp_run_session_answers_on_the_real_model(
                 "session_type": "default", "prompt": "Say hello in five words."})
     assert not result.is_error, result_text(result)
     answer = result_text(result)
-    [child] = [r for r in rollouts(home).values() if r[0]["payload"].get("parent_thread_id")]
+    found = rollouts(home).values()
+    [child] = [r for r in found if r[0]["payload"].get("parent_thread_id")]
+    [parent] = [r for r in found if r[0]["payload"]["source"] == "mcp"]
+    assert parent[0]["payload"]["base_instructions"] == {"text": BASE_INSTRUCTIONS}
     assert answer.strip() and endings(child) == ["task_complete"]
     last = [r["payload"] for r in child if r["payload"].get("type") == "task_complete"]
     assert last[0]["last_agent_message"] == answer
