@@ -134,13 +134,7 @@ class OpenAIChatModel(OpenAIModel):
             return await self._unstreamed(arguments)
         if not finished:
             raise Retryable(f"{self.endpoint} ended the stream before a finish_reason")
-        output = _items(text, reasoning, calls)
-        return ModelResponse(
-            output=output,
-            usage=usage or estimated_usage(arguments, output),
-            model=arguments["model"],
-        )
-
+        return _response(arguments, text, reasoning, calls, usage)
 
     async def _unstreamed(self, arguments: dict[str, Any]) -> ModelResponse:
         """The same request, not streamed, after a stream that ended before its first chunk.
@@ -158,21 +152,24 @@ class OpenAIChatModel(OpenAIModel):
             completion = await opened_within(  # which the pool may have handed out again
                 self.client.chat.completions.create(**whole), self.stream_idle_timeout
             )
+        if not completion.choices:
+            raise Retryable(f"{self.endpoint} answered with no choices")
         text: list[str] = []
         reasoning: list[str] = []
         calls: dict[int, _Call] = {}
-        for choice in completion.choices or ():
+        for choice in completion.choices:
             if choice.message is not None:
                 _take_delta(choice.message, text, reasoning, calls)
-        if not completion.choices:
-            raise Retryable(f"{self.endpoint} answered with no choices")
-        output = _items(text, reasoning, calls)
         reported = completion.usage
-        return ModelResponse(
-            output=output,
-            usage=_usage(reported) if reported else estimated_usage(arguments, output),
-            model=arguments["model"],
-        )
+        return _response(arguments, text, reasoning, calls, reported and _usage(reported))
+
+
+def _response(arguments: dict[str, Any], text: list[str], reasoning: list[str],
+              calls: dict[int, _Call], usage: TokenUsage | None) -> ModelResponse:
+    """The answer, with the usage the server reported, else an estimate."""
+    output = _items(text, reasoning, calls)
+    return ModelResponse(output=output, usage=usage or estimated_usage(arguments, output),
+                         model=arguments["model"])
 
 
 def _take_delta(
