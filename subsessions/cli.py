@@ -19,6 +19,7 @@ from subsessions.config import SessionConfig
 from subsessions.demo import run_demo
 from subsessions.engine import Engine, default_home
 from subsessions.errors import ConfigError, SubsessionError, UnknownSessionType
+from subsessions.instructions import with_base_instructions
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import load_profiles
 from subsessions.ray.backend import backend_from
@@ -69,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     work_options.add_argument("--network", action="store_true",
                               help="allow network access under workspace-write")
+    work_options.add_argument("--instructions", metavar="TEXT",
+                              help="the session's own instructions, instead of the base text "
+                              "on the sub-session tools (resume: instead of the stored ones)")
     parser = _Parser(
         prog="subsessions",
         description="Spawn, drive, wait for, cancel and inspect LLM sub-sessions.",
@@ -201,7 +205,10 @@ def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
         env_policy=settings.env_policy,
         cwd=os.getcwd(), sandbox=args.sandbox, approval=args.approval,
         network_access=args.network, permission_handler=_ask_on_terminal,
+        instructions=args.instructions,
     )
+    if resume is None:  # a resumed session keeps the instructions it was started with
+        config = with_base_instructions(config)
     answer, terminated = asyncio.run(_until_sigterm(
         _run_session(home, settings, config, args.prompt, getattr(args, "profile", None), resume)
     ))

@@ -230,6 +230,7 @@ class Session:
             output_tokens=self.token_usage.output_tokens,
             tool_calls=self.tool_calls,
             turns=self.turns,
+            estimated=self.token_usage.estimated,
         )
         if not include_children:
             return own

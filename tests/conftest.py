@@ -74,3 +74,29 @@ def backend(request: pytest.FixtureRequest) -> Any:
     from subsessions import RayBackend
 
     return RayBackend(shards=2, model_on_driver=True, actor_options=SHARD_OPTIONS)
+
+
+# -- a real model: llama.cpp's server with SmolLM2 (tests/realmodel_support.py) ----------------
+def _llama_server(*extra: str) -> Iterator[Any]:
+    from realmodel_support import LlamaServer, skip_reason
+
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    server = LlamaServer(*extra)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Iterator[Any]:
+    """Plain chat, the model's own chat template from its GGUF."""
+    yield from _llama_server()
+
+
+@pytest.fixture(scope="session")
+def llama_tools_server() -> Iterator[Any]:
+    """The `chatml-function-calling` format: tool calls the grammar keeps well formed."""
+    yield from _llama_server("--chat_format", "chatml-function-calling")

@@ -99,7 +99,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     0: ("_version", "budget", "clock", "collector", "errors", "handlers", "ids", "items", "mcp",
         "rollouts.status", "rollouts.values", "safe_read", "tools.process",
         "tools.safe_commands", "urls", "usage"),
-    1: ("children", "config", "environment", "events", "handlers.ask_user", "meter",
+    1: ("children", "config", "environment", "events", "handlers.ask_user", "instructions", "meter",
         "profiles", "settings", "specs", "tools.schema", "tree", "waits"),
     2: ("mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
         "models.factory", "models.openai_chat", "models.openai_common", "models.openai_errors",

@@ -15,6 +15,7 @@ from subsessions import access
 from subsessions.config import SessionConfig
 from subsessions.engine import Engine
 from subsessions.errors import EngineClosed, UnknownSession
+from subsessions.instructions import with_base_instructions
 from subsessions.mcp.task_store import TaskRegistry
 from subsessions.member import Member
 from subsessions.session import Session
@@ -47,9 +48,10 @@ class ClientConnection:
             if self._closed:
                 raise EngineClosed()
             if self._session is None:
-                config = SessionConfig(max_depth=self._settings.max_depth,
-                                       max_children=self._settings.max_children,
-                                       env_policy=self._settings.env_policy)
+                config = with_base_instructions(SessionConfig(
+                    max_depth=self._settings.max_depth,
+                    max_children=self._settings.max_children,
+                    env_policy=self._settings.env_policy))
                 session = await self._engine.create_session(config, source="mcp")
                 self._session = session
             return self._session

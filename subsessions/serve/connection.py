@@ -23,6 +23,7 @@ from subsessions import access
 from subsessions._version import __version__
 from subsessions.engine import Engine
 from subsessions.errors import SessionBusy, UnknownSession
+from subsessions.instructions import with_base_instructions
 from subsessions.serve import history
 from subsessions.serve.options import session_options
 from subsessions.serve.peer import INVALID_PARAMS, INVALID_REQUEST, Peer, RpcError
@@ -98,7 +99,8 @@ class Connection:
         session_id = _session_id(params)
         bridge = HostBridge(self.peer, session_id)
         options = session_options(params, bridge, self.settings, self.engine.cwd)
-        session = await self.engine.create_session(options.config, source=SOURCE,
+        session = await self.engine.create_session(with_base_instructions(options.config),
+                                                   source=SOURCE,
                                                    session_id=session_id)
         return self._serve(session, bridge, options, resumed=False)
 
