@@ -143,8 +143,8 @@ class SubsessionManager:
             raise InvalidArguments(
                 "spawn_child", "profile must be a profile name, a Profile or a SessionConfig"
             )
-        chosen = resolve_profile(profile, self.profiles()).child_view()
-        return chosen, parent.child_config(chosen)
+        chosen = resolve_profile(profile, self.profiles())
+        return chosen, parent.child_config(chosen)  # persona and memory stay out there
 
     # -- endings ----------------------------------------------------------------------------
     def _on_task_done(self, record: Record, task: asyncio.Task[str | None]) -> None:
