@@ -187,8 +187,7 @@ class SubsessionManager:
             parent, child, record.ending_data
         )
         child.release()  # its ending is on disk: what the API reports stays, the history goes
-        if parent.config.wake_on_child_end and not parent.is_child:
-            parent.wake()  # an idle top-level parent runs on the notice
+        parent.wake()  # whether to is Session.wake's to decide (wake_on_child_end, idle)
 
     # -- queries ----------------------------------------------------------------------------
     def _lookup(self, session_id: str) -> Record:
