@@ -182,7 +182,8 @@ def derive_config(
 
     Top-level (no `model`): `base` with the profile's instructions, persona and memory
     appended, its model unless `base` names one, its allowlist and turn limit. For a child
-    (`model` is its parent's): a new config with the profile's instructions and model,
+    (`model` is its parent's): a new config with the profile's developer instructions alone
+    (its persona and memory never reach a child's model, DESIGN 3.4) and model,
     `base`'s host tools plus `builtins` (built anew for the child) under the allowlist,
     the parent's cwd and limits.
     """

@@ -45,7 +45,8 @@ class Profile:
     """A preset: what a child is told, which model it runs, which tools it gets.
 
     `tools=None` gives the child all of its parent's tools, `()` none.
-    `persona` and `memory` reach the model only when the profile runs top-level.
+    `persona` and `memory` reach the model only when the profile runs top-level
+    (`config.derive_config` is the one place that decides it).
     """
 
     name: str
@@ -78,19 +79,6 @@ class Profile:
         """Whether the allowlist admits a tool: `None` all, `()` none, a list only those."""
         return self.tools is None or tool_name in self.tools
 
-    def child_view(self) -> Profile:
-        """What may reach a model when this profile runs as a child."""
-        return Profile(
-            name=self.name,
-            description=self.description,
-            developer_instructions=self.developer_instructions,
-            model=self.model,
-            fallback_models=self.fallback_models,
-            tools=self.tools,
-            max_turns=self.max_turns,
-            budget=self.budget,
-            tool_choice=self.tool_choice,
-        )
 
 
 @frozen
