@@ -19,6 +19,7 @@ from subsessions.config import SessionConfig
 from subsessions.demo import run_demo
 from subsessions.engine import Engine, default_home
 from subsessions.errors import ConfigError, SubsessionError, UnknownSessionType
+from subsessions.mcp.server import idle_timeout_option
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import load_profiles
 from subsessions.ray.backend import backend_from
@@ -107,10 +108,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     mcp.add_argument("--http", metavar="HOST:PORT",
                      help="serve streamable HTTP instead of stdio (loopback by default)")
-    mcp.add_argument("--session-idle-timeout", type=float, metavar="SECONDS",
+    mcp.add_argument("--session-idle-timeout", type=idle_timeout_option, metavar="SECONDS",
                      help="HTTP: close a client's session, cancelling its running "
                      "sub-sessions, after this long with no request and no open stream "
-                     "(default 120)")
+                     "(default 120, at most 2592000: 30 days)")
 
     add_serve_command(commands, [common, model_options])
 

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 
 ALLOW_REMOTE_ENV = "SUBSESSIONS_MCP_ALLOW_REMOTE"
 DEFAULT_SESSION_IDLE_TIMEOUT = 120.0  # seconds; the SDK's own default is 30 minutes
+# 30 days: past any sensible idle time, and far inside what every clock and timer it feeds
+# can hold (a task's `ttlMs` is an integer on the wire; `inf` or 1e306 seconds is not).
+MAX_SESSION_IDLE_TIMEOUT = 30 * 24 * 3600.0
 _SDK_MODULES = {"mcp", "mcp_types", "uvicorn", "starlette", "anyio", "httpx2", "sse_starlette"}
 
 
@@ -73,13 +76,24 @@ def check_http_host(host: str, allow_remote: bool) -> None:
 
 
 def check_idle_timeout(seconds: float | None) -> float:
-    """`--session-idle-timeout`: a positive, finite number of seconds (default 120)."""
+    """`--session-idle-timeout`: seconds, more than 0 and at most 30 days (default 120)."""
     if seconds is None:
         return DEFAULT_SESSION_IDLE_TIMEOUT
-    if not (math.isfinite(seconds) and seconds > 0):
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_SESSION_IDLE_TIMEOUT):
         raise ConfigError("command line", "--session-idle-timeout",
-                          f"must be a positive number of seconds, not {seconds}")
+                          f"must be more than 0 and at most {MAX_SESSION_IDLE_TIMEOUT:.0f} "
+                          f"seconds (30 days), not {seconds:g}")
     return seconds
+
+
+def idle_timeout_option(text: str) -> float:
+    """argparse's `type` for `--session-idle-timeout`: refused at parse time (exit 2)."""
+    try:
+        return check_idle_timeout(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.problem) from None
 
 
 def run_mcp_command(args: argparse.Namespace, home: Path, settings: Settings) -> int:
