@@ -88,6 +88,12 @@ def _check(source: str, key: str, value: Any, wanted: type) -> Any:
     return value
 
 
+def default_home() -> Path:
+    """`$SUBSESSIONS_HOME`, else `~/.subsessions`."""
+    configured = os.environ.get("SUBSESSIONS_HOME")
+    return Path(configured) if configured else Path.home() / ".subsessions"
+
+
 def load_settings(home: Path) -> Settings:
     """The settings in `home/config.toml`, or the defaults when there is no such file."""
     path = home / "config.toml"
