@@ -20,7 +20,7 @@ from subsessions.errors import (
 )
 from subsessions.usage import Usage
 
-MAX_WAIT_SECONDS = 3600.0
+MAX_TIMEOUT_MS = 3_600_000  # every wait is clamped to an hour (DESIGN 3.1): see checked_seconds
 LAST_MESSAGE_CHARS = 500  # what list_sessions shows of a child's last message
 
 
@@ -316,9 +316,10 @@ class WaitResult:
 
 
 def checked_seconds(target: str, timeout: float | None) -> float | None:
-    """A caller's timeout in seconds, checked and clamped to an hour (None: no limit)."""
+    """A caller's timeout in seconds, checked and clamped to an hour (None: no limit): the
+    one clamp every wait goes through, the tools' `timeout_ms` included."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout:
         raise InvalidArguments(target, "timeout must be a number of seconds or None")
-    return min(timeout, MAX_WAIT_SECONDS)
+    return min(timeout, MAX_TIMEOUT_MS / 1000)

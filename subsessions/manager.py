@@ -147,8 +147,8 @@ class SubsessionManager:
             raise InvalidArguments(
                 "spawn_child", "profile must be a profile name, a Profile or a SessionConfig"
             )
-        chosen = resolve_profile(profile, self.profiles()).child_view()
-        return chosen, parent.child_config(chosen)
+        chosen = resolve_profile(profile, self.profiles())
+        return chosen, parent.child_config(chosen)  # persona and memory stay out there
 
     # -- endings ----------------------------------------------------------------------------
     def _on_task_done(self, record: Record, task: asyncio.Task[str | None]) -> None:
@@ -191,8 +191,7 @@ class SubsessionManager:
             parent, child, record.ending_data
         )
         child.release()  # its ending is on disk: what the API reports stays, the history goes
-        if parent.config.wake_on_child_end and not parent.is_child:
-            parent.wake()  # an idle top-level parent runs on the notice
+        parent.wake()  # whether to is Session.wake's to decide (wake_on_child_end, idle)
 
     # -- queries ----------------------------------------------------------------------------
     def _lookup(self, session_id: str) -> Record:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -229,6 +230,7 @@ class Session:
             output_tokens=self.token_usage.output_tokens,
             tool_calls=self.tool_calls,
             turns=self.turns,
+            estimated=self.token_usage.estimated,
         )
         if not include_children:
             return own
@@ -366,9 +368,19 @@ class Session:
         self._cancel_at_first_step = True
 
     # -- the task loop ----------------------------------------------------------------------
-    async def send_and_wait(self, prompt: str) -> str | None:
-        """Run one task to TaskComplete and return the last assistant message."""
-        return await self.runtime.run_owned(self.run_task(prompt), self.session_id)
+    async def send_and_wait(self, prompt: str, timeout: float | None = None) -> str | None:
+        """Run one task to TaskComplete and return the last assistant message.
+
+        With `timeout` (seconds), stop waiting after it with `StillRunning` (a
+        `TimeoutError`): the task goes on, as with the Copilot SDKs' `send_and_wait(timeout=)`;
+        its end is the `session.idle` event, its answer is in the events and the rollout.
+        """
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, int | float)
+                                    or not 0 < timeout < math.inf):
+            raise InvalidArguments("send_and_wait", "timeout must be a positive number of "
+                                   "seconds, or None")
+        return await self.runtime.run_owned(self.run_task(prompt), self.session_id, timeout)
 
     async def run_task(self, prompt: str, first: bool | None = None) -> str | None:
         """One task, claimed here unless the caller claimed it (`first` known): one frame

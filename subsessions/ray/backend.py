@@ -25,7 +25,6 @@ from subsessions import task
 from subsessions.config import BUILTIN_TOOL_NAMES
 from subsessions.errors import BudgetExhausted, ConfigError, RemoteError, WorkerLost
 from subsessions.events import listening
-from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
 from subsessions.ray import host
 from subsessions.ray.placement import ShardRef, Shards, import_ray
@@ -143,7 +142,7 @@ class RayBackend:
             if family is not None and family.has_children:
                 await family.abort_all_children(child.budget_stop)
             child.task_ended()
-        child.token_usage = TokenUsage(outcome.input_tokens, outcome.output_tokens)
+        child.token_usage = outcome.token_usage
         child.turns = outcome.turns
         child.router.calls = outcome.tool_calls
         child.answered_by = outcome.answered_by
@@ -327,8 +326,8 @@ def _spec(child: Session, prompt: str, first: bool) -> ChildSpec:
         inbox=tuple(child.inbox),
         elapsed=child.meter.elapsed(),
         follow_up=not first,
-        usage=(child.token_usage.input_tokens, child.token_usage.output_tokens, child.turns,
-               child.router.calls),
+        token_usage=child.token_usage,
+        counts=(child.turns, child.router.calls),
         spent=(child.meter.turns, child.meter.tokens),
         tree_budget=parent.root.budget,
         tree_spent=(parent.root.meter.turns, parent.root.meter.tokens),

@@ -225,12 +225,14 @@ def _spent(child: Session, event: Event) -> None:
     `list_sessions` shows) and its tree's budget, which the driver's root meter counts."""
     data = event.data
     if event.session_id == event.child_id:
-        child.token_usage = TokenUsage(data["input_tokens"], data["output_tokens"])
+        child.token_usage = TokenUsage(data["input_tokens"], data["output_tokens"],
+                                       estimated=data.get("estimated", False))
         child.turns = data["turns"]
         child.router.calls = data["tool_calls"]
     else:  # one of its own children (or theirs): its parent's roll-up counts it
         child.elsewhere[event.session_id] = Usage(data["input_tokens"], data["output_tokens"],
-                                                  data["tool_calls"], data["turns"])
+                                                  data["tool_calls"], data["turns"],
+                                                  data.get("estimated", False))
     meter = child.root.meter
     if not meter.active:
         return

@@ -27,7 +27,7 @@ from subsessions.errors import (
 )
 from subsessions.events import SessionEvent
 from subsessions.meter import Meter, Stop
-from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
+from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import LoadedProfile
 from subsessions.ray.channel import Channel, Message
@@ -291,7 +291,7 @@ class Shard:
         child.events.close()
         self._release(spec.root.session_id)
         usage = child.usage()
-        return Outcome(state, result, error, usage.input_tokens, usage.output_tokens,
+        return Outcome(state, result, error, child.token_usage,
                        usage.turns, usage.tool_calls, child.answered_by, stop,
                        (child.meter.turns, child.meter.tokens))
 
@@ -351,8 +351,8 @@ class Shard:
         if spec.follow_up:  # the same history, usage and meter its last task ended with
             child.follow_up = True
             child.history.extend(read_rollout(spec.rollout_path).response_items())
-            tokens_in, tokens_out, child.turns, child.router.calls = spec.usage
-            child.token_usage = TokenUsage(tokens_in, tokens_out)
+            child.turns, child.router.calls = spec.counts
+            child.token_usage = spec.token_usage
         if spec.tree_budget is not None:
             child.count_in_tree(spec.tree_budget, *spec.tree_spent, partial(
                 self._spent, spec.root.session_id))

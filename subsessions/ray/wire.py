@@ -13,6 +13,7 @@ from attrs import frozen
 
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig
+from subsessions.models.base import NO_USAGE, TokenUsage
 from subsessions.profiles import Profile
 from subsessions.tools import ToolContext
 
@@ -65,8 +66,9 @@ class ChildSpec:
     inbox: tuple[str, ...] = ()  # messages sent to it before it was sent here
     elapsed: float = 0.0  # seconds since its spawn in the driver: its clock counts from there
     follow_up: bool = False  # a later task (send_message to it ended): history from its rollout
-    usage: tuple[int, int, int, int] = (0, 0, 0, 0)  # its tasks' so far: tokens in, out, turns,
-    spent: tuple[int, int] = (0, 0)  # tool calls; and its meter's (turns, tokens)
+    token_usage: TokenUsage = NO_USAGE  # its tasks' so far: tokens, and (turns, tool calls);
+    counts: tuple[int, int] = (0, 0)
+    spent: tuple[int, int] = (0, 0)  # and its meter's (turns, tokens)
 
 
 @frozen
@@ -135,8 +137,7 @@ class Outcome:
     state: str  # done | failed | cancelled
     result: str | None
     error: str | None
-    input_tokens: int
-    output_tokens: int
+    token_usage: TokenUsage
     turns: int
     tool_calls: int
     answered_by: str | None
