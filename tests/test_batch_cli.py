@@ -204,3 +204,21 @@ async def test_sigterm_cancels_the_running_items_journals_them_and_says_how_to_r
     endings = [r for r in records(journal)[1:] if r["type"] == "item"]
     assert sorted((r["item"], r["status"]) for r in endings) == [(2, "cancelled"),
                                                                   (3, "cancelled")]
+
+
+async def test_resume_mistakes_are_one_stderr_line(fake_openai: FakeOpenAI,
+                                                   tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    unknown = "01a2158e-0000-7000-8000-000000000000"
+    for args, problem in [
+        (("--resume", unknown), f"unknown batch {unknown}: no journal "
+         f"{home}/batches/{unknown}.jsonl"),
+        (("--resume", "../../etc/passwd"), "unknown batch '../../etc/passwd': a batch id is "
+         "the uuid a batch printed when it started"),
+        (("cities.csv", "--resume", unknown), "--resume runs the batch as it was made; drop "
+         "INPUT"),
+        (("cities.csv", "--profile", "default"), "batch needs --prompt, --out (or --resume "
+         "BATCH_ID)"),
+    ]:
+        code, out, err = await run(command(fake_openai, home, *args), tmp_path)
+        assert (code, out, err) == (1, "", f"subsessions: {problem}\n")
