@@ -52,12 +52,13 @@ async def _off_the_loop(make: Callable[[], Batch]) -> Batch:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
         future.add_done_callback(_close_unused)
+        await asyncio.wait((future,))  # the pass ends by itself; the cancel then goes on
         raise
 
 
 def _close_unused(future: asyncio.Future[Batch]) -> None:
     if not future.cancelled() and future.exception() is None:
-        future.result().journal.close()
+        future.result().close()
 
 
 def resolve(path: str | os.PathLike[str], cwd: Path, workspace: Path | None, role: str) -> Path:
