@@ -98,7 +98,7 @@ async def batch_run(folder: Path, n: int, show: bool = False) -> Timed:
             if show:  # rich's bar, drawn as on a terminal, into /dev/null
                 sink = stack.enter_context(Path(os.devnull).open("w"))  # noqa: ASYNC230
                 shown = asyncio.get_running_loop().create_task(progress.follow(
-                    batch.counters, TimedBar(sink, n, terminal=True), 0.2))
+                    batch.counters, TimedBar.open(sink, n, terminal=True), 0.2))
             result = await batch.run(parent.subsessions)
             elapsed = time.perf_counter() - start, time.process_time() - cpu
             if shown is not None:

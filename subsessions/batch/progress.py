@@ -11,6 +11,8 @@ import asyncio
 import time
 from typing import Any, Protocol, TextIO
 
+from attrs import define
+
 from subsessions.batch.runner import Counters
 
 
@@ -43,13 +45,13 @@ def line(counters: Counters) -> str:
             f"running, {counters.tokens:,} tokens, {rate:.1f} items/s, ETA {_clock(eta)}")
 
 
+@define
 class Lines:
     """One plain line at most every `every` seconds (logs, pipes, CI)."""
 
-    def __init__(self, stream: TextIO, every: float) -> None:
-        self._stream = stream
-        self._every = every
-        self._last = 0.0
+    _stream: TextIO
+    _every: float
+    _last: float = 0.0
 
     def show(self, counters: Counters, final: bool = False) -> None:
         now = time.monotonic()
@@ -62,14 +64,19 @@ class Lines:
         pass
 
 
+@define
 class Bar:
     """rich's progress bar, refreshed by `show` only (no thread of its own)."""
 
-    def __init__(self, stream: TextIO, total: int, terminal: bool | None = None) -> None:
+    _progress: Any
+    _task: Any
+
+    @classmethod
+    def open(cls, stream: TextIO, total: int, terminal: bool | None = None) -> Bar:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-        self._progress = Progress(
+        progress = Progress(
             BarColumn(), MofNCompleteColumn(),
             TextColumn("[green]{task.fields[ok]} completed[/] "
                        "[red]{task.fields[failed]} failed[/] "
@@ -77,8 +84,9 @@ class Bar:
                        "{task.fields[rate]}, ETA {task.fields[eta]}"),
             console=Console(file=stream, force_terminal=terminal), auto_refresh=False,
             transient=False)
-        self._task = self._progress.add_task("batch", total=total, **self._fields(None))
-        self._progress.start()
+        task = progress.add_task("batch", total=total, **cls._fields(None))
+        progress.start()
+        return cls(progress, task)
 
     @staticmethod
     def _fields(counters: Counters | None) -> dict[str, Any]:
@@ -102,7 +110,7 @@ def choose(stream: TextIO, total: int, every: float) -> Display:
     """A bar on a terminal (when rich is installed), else plain lines."""
     if stream.isatty():
         try:
-            return Bar(stream, total)
+            return Bar.open(stream, total)
         except ImportError:
             pass
     return Lines(stream, every)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from attrs import frozen
+from attrs import define, field, frozen
 
 from subsessions.errors import BatchError
 
@@ -122,14 +122,14 @@ def jsonl_items(path: Path) -> Iterator[Item]:
             yield Item(number, value)
 
 
+@define
 class CsvItems:
     """A CSV's rows as items (the first row names the columns). A row with the wrong
     number of fields, or a quote left open, refuses the batch: the file is malformed."""
 
-    def __init__(self, path: Path, torn_tail: bool = False) -> None:
-        self.path = path
-        self.columns: tuple[str, ...] | None = None
-        self._torn_tail = torn_tail
+    path: Path
+    _torn_tail: bool = False  # the file does not end with a newline
+    columns: tuple[str, ...] | None = field(default=None, init=False)  # known once read
 
     def __iter__(self) -> Iterator[Item]:
         path = self.path
