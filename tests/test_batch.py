@@ -4,6 +4,8 @@ scripted model, with real files: input streamed, output and journal written, res
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import os
 import stat
 import subprocess
@@ -348,3 +350,26 @@ def test_a_million_lines_are_read_as_a_stream(tmp_path: Path, suffix: str) -> No
     total, count, grown_kib = map(int, done.stdout.split())
     assert total == count == 1_000_000
     assert grown_kib < 8 << 10  # under 8 MiB for a file of over 40 MiB
+
+
+async def test_a_resumed_csv_output_keeps_one_header_and_one_row_per_item(
+        parent: Session, script: Script) -> None:
+    write_csv(work(parent) / "in.csv", 4)
+    tries: dict[str, int] = {}
+
+    def once_flaky(request: ModelRequest) -> list[str]:
+        prompt = first_prompt(request)
+        tries[prompt] = tries.get(prompt, 0) + 1
+        if prompt == "Do item2" and tries[prompt] == 1:
+            raise RuntimeError("provider hiccup")
+        return [f"ok, {prompt}\nsecond line"]  # a comma and a newline: quoted in the CSV
+
+    for i in range(4):
+        script.handlers[f"Do item{i}"] = once_flaky
+    first = await parent.subsessions.run_batch("worker", "in.csv", "Do {name}", "out.csv")
+    assert (first.completed, first.failed) == (3, 1)
+    again = await parent.subsessions.run_batch("worker", "", "", "", resume=first.batch_id)
+    assert (again.completed, again.failed) == (4, 0)
+    rows = list(csv.DictReader(io.StringIO((work(parent) / "out.csv").read_text())))
+    assert sorted((r["item"], r["name"], r["status"], r["result"]) for r in rows) == [
+        (str(i + 2), f"item{i}", "completed", f"ok, Do item{i}\nsecond line") for i in range(4)]
