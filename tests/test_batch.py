@@ -241,6 +241,13 @@ async def test_a_journal_of_another_input_or_damaged_is_refused_and_left_alone(
     assert str(refused.value) == (f"batch journal {journal} is damaged (line 2: not a JSON "
                                   "object); it is left as it is")
     assert journal.read_bytes() == damaged
+    header, *endings = before.splitlines(keepends=True)
+    record = orjson.loads(endings[0])
+    del record["output"]
+    journal.write_bytes(header + orjson.dumps(record) + b"\n")
+    with pytest.raises(BatchError, match=r"damaged \(line 2: an item's ending lacks its line, "
+                       r"status or output\); it is left as it is"):
+        await parent.subsessions.run_batch("worker", "", "", "", resume=done.batch_id)
     with pytest.raises(BatchError, match=r"unknown batch '\.\./x'"):
         await parent.subsessions.run_batch("worker", "", "", "", resume="../x")
 

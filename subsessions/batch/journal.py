@@ -98,8 +98,12 @@ class Journal:
                         key not in record for key in _HEADER_KEYS):
                     raise self._damaged(1, "its first line is not this batch's header")
                 self.header = record
-            elif record.get("type") == "item" and isinstance(record.get("item"), int):
-                if record.get("status") == COMPLETED:
+            elif record.get("type") == "item":
+                if not (isinstance(record.get("item"), int) and isinstance(
+                        record.get("status"), str) and isinstance(record.get("output"), str)):
+                    raise self._damaged(number, "an item's ending lacks its line, status or "
+                                        "output")
+                if record["status"] == COMPLETED:
                     self._mark(record["item"])
             elif record.get("type") != "resume":
                 raise self._damaged(number, "an unknown record")
@@ -136,8 +140,8 @@ class Journal:
         """The output lines of completed items, in the order they completed."""
         for _number, _raw, record in self._records():
             if record is not None and record.get("type") == "item" and record.get(
-                    "status") == COMPLETED and isinstance(record.get("output"), str):
-                yield record["output"]
+                    "status") == COMPLETED:
+                yield record["output"]  # checked when the journal was opened
 
     def resumed(self, options: dict[str, Any]) -> None:
         self._write({"type": "resume", "at": time.time(), **options})
