@@ -28,6 +28,7 @@ from subsessions.children import (
     Pending,
     RunResult,
     WaitResult,
+    ending_of,
 )
 from subsessions.config import SessionConfig, as_child_config, filter_tools
 from subsessions.errors import (
@@ -35,7 +36,6 @@ from subsessions.errors import (
     InvalidArguments,
     SessionBusy,
     UnknownSession,
-    error_text,
 )
 from subsessions.member import Member
 from subsessions.profiles import Profile, resolve_profile
@@ -148,22 +148,15 @@ class SubsessionManager:
 
     # -- endings ----------------------------------------------------------------------------
     def _on_task_done(self, record: Record, task: asyncio.Task[str | None]) -> None:
-        outcome: Ending
-        if task.cancelled():
-            outcome = Cancelled()
-        elif (exc := task.exception()) is not None:
-            outcome = Failed(error_text(exc))
-        else:
-            outcome = Done(task.result())
-        settle = partial(self._settle, record, outcome)
+        settle = partial(self._settle, record, task)
         try:
             record.session.recorder.flush_then(settle)  # settled once the ending is on disk
         except RuntimeError:  # writer already closed: nothing more can reach the disk
             settle(None)
 
-    def _settle(self, record: Record, outcome: Ending, error: Exception | None) -> None:
-        if error is not None and isinstance(outcome, Done):
-            outcome = Failed(str(error))  # the result never reached the disk
+    def _settle(self, record: Record, task: asyncio.Task[str | None],
+                unwritten: Exception | None) -> None:
+        outcome = ending_of(task, unwritten)
         record.settle(outcome)
         parent = self._session
         parent.tree.child_ended()
@@ -309,15 +302,6 @@ class SubsessionManager:
         for child in pending:
             child.cancel(budget)
         return pending
-
-    def stop_child(self, session_id: str, budget: BudgetExhausted) -> None:
-        """A child's budget limit was reached: it ends `budget_limited` (unless a cancel
-        came first)."""
-        self._lookup(session_id).cancel(budget)
-
-    def claim_stop(self, session_id: str, budget: BudgetExhausted) -> None:
-        """A child is ending on a budget by itself: later cancels change nothing."""
-        self._lookup(session_id).cancel(budget, deliver=False)
 
     async def send_message(self, session_id: str, message: str) -> str:
         """To a running child: the message joins its history before its next model call

@@ -16,6 +16,7 @@ from typing import Any
 
 from subsessions import task
 from subsessions.budget import Budget
+from subsessions.children import CANCEL, Stop
 from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
 from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventHub, EventStream
@@ -52,12 +53,12 @@ class Session:
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
-        "_begun", "_cancel_at_first_step", "_child_context", "_notes", "_phase",
-        "_subsessions", "_task", "answered_by", "budget_stop", "call_id", "config", "cwd",
-        "depth", "elsewhere", "events", "forked_from", "history", "inbox", "instructions",
-        "last_message", "mailbox", "max_turns", "meter", "model", "parent", "profile",
-        "recorder", "resume_report", "root", "router", "runtime", "session_id", "source",
-        "started_at", "taking_messages", "token_usage", "tool_context", "tree", "turns",
+        "_child_context", "_notes", "_phase", "_subsessions", "_task", "answered_by",
+        "call_id", "config", "cwd", "depth", "elsewhere", "events", "forked_from", "history",
+        "inbox", "instructions", "last_message", "mailbox", "max_turns", "meter", "model",
+        "parent", "profile", "recorder", "resume_report", "root", "router", "runtime",
+        "session_id", "source", "started_at", "stop", "taking_messages", "token_usage",
+        "tool_context", "tree", "turns",
     )
 
     def __init__(
@@ -97,13 +98,12 @@ class Session:
             self.tree.child_meter(parent.meter, budget.clamp(config.budget) if budget
                                   else config.budget, self.stop_for_budget)
         )
-        self.budget_stop: BudgetExhausted | None = None  # the budget stop its task ends with
+        self.stop: Stop | None = None  # the first stop asked of its task (first wins)
         self.last_message: str | None = None  # its last assistant message so far
         self.inbox: list[str] = []  # messages sent while it runs, read before its next call
         self.taking_messages = parent is not None  # a queued child reads its inbox first
         self.mailbox: Callable[[str], Awaitable[bool]] | None = None  # a remote task's inbox
-        self._task: asyncio.Task[object] | None = None  # its running task
-        self._begun = False  # its current task has run its first line
+        self._task: asyncio.Task[object] | None = None  # its task, from its first line
         self.started_at = time.time()
         self.recorder = RolloutRecorder(
             runtime.writer,
@@ -124,7 +124,6 @@ class Session:
         self.router = ToolRouter(self, {t.name: t for t in tools})
         self.answered_by: str | None = None  # the model that answered last, if not `model`
         self._phase = Phase.OPEN if resumed is not None else Phase.NEW  # keeps its first meta
-        self._cancel_at_first_step = False
         self._notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
         self.forked_from: str | None = None
         self.resume_report: str | None = None  # what resuming or forking read and skipped
@@ -172,11 +171,6 @@ class Session:
         """Its limits as clamped at spawn (a root's: its tree's); None when it has none."""
         limits = self.meter.limits
         return None if limits.unlimited else limits
-
-    @property
-    def begun(self) -> bool:
-        """Its current task has run its first line (a cancel can reach it in flight)."""
-        return self._begun
 
     @property
     def ended(self) -> bool:
@@ -302,12 +296,13 @@ class Session:
         return sandbox_policy(self.config.sandbox, self.config.network_access)
 
     @property
-    def cancel_requested(self) -> bool:
-        return self._cancel_at_first_step
+    def budget_stop(self) -> BudgetExhausted | None:
+        """The budget stop its task ends with, if its stop is one."""
+        stop = self.stop
+        return stop if isinstance(stop, BudgetExhausted) else None
 
     def task_begins(self) -> None:
         self._task = asyncio.current_task()
-        self._begun = True
         if self.parent is None:
             self.tree.root_busy(True)
         else:
@@ -324,33 +319,39 @@ class Session:
     def prepare_follow_up(self) -> None:
         """Before a new task of an ended child (send_message): nothing of the last one's
         ending carries over."""
-        self._begun = False
-        self._cancel_at_first_step = False
-        self.budget_stop = None
+        self.stop = None
         self.taking_messages = True
 
-    # -- budgets ----------------------------------------------------------------------------
+    # -- stops: a cancel or a budget, the first one wins ---------------------------------
+    def request_stop(self, budget: BudgetExhausted | None = None, *,
+                     deliver: bool = True) -> bool:
+        """Stop its task (with `budget`: it ends `budget_limited`, else cancelled) unless a
+        stop came first; False then, or once a child has ended. Without `deliver` the task
+        is ending so by itself. A task that has not run its first line yet ends there, so
+        its own `finally` still writes its ending."""
+        if self.stop is not None or (self.parent is not None and self.ended):
+            return False
+        self.stop = CANCEL if budget is None else budget
+        running = self._task
+        if deliver and running is not None and running is not asyncio.current_task():
+            running.cancel()
+        return True
+
     def claim_budget_stop(self, error: BudgetExhausted) -> None:
         """Its task is ending by itself on a budget: a cancel that comes later is no other
         ending (first wins)."""
-        if self.parent is not None:
-            self.parent.subsessions.claim_stop(self.session_id, error)
-        elif self.budget_stop is None:
-            self.budget_stop = error
+        self.request_stop(error, deliver=False)
 
     def stop_for_budget(self, error: BudgetExhausted) -> None:
         """A limit of its meter was reached elsewhere (a descendant's tokens, the clock):
         its task is cancelled as `budget_limited`, and its descendants end the same way."""
-        if self.parent is not None:
-            self.parent.subsessions.stop_child(self.session_id, error)
-            return
         running = self._task
-        if running is None:  # an idle top-level session: its running children end
+        if self.parent is not None:
+            self.request_stop(error)
+        elif running is None:  # an idle top-level session: its running children end
             self.subsessions.stop_all_children(error)
-        elif running is not asyncio.current_task() and not running.cancelling() and (
-                self.budget_stop is None):
-            self.budget_stop = error
-            running.cancel()
+        elif not running.cancelling():  # a host's cancel came first
+            self.request_stop(error)
 
     async def take_message(self, message: str) -> bool:
         """A message for its running task, read before its next model call; False when the
@@ -359,11 +360,6 @@ class Session:
             return await self.mailbox(message)
         self.inbox.append(message)
         return True
-
-    def cancel_at_first_step(self) -> None:
-        """A cancel for a task not started yet: delivered at its first line, so the task's
-        own `finally` writes its ending."""
-        self._cancel_at_first_step = True
 
     # -- the task loop ----------------------------------------------------------------------
     async def send_and_wait(self, prompt: str) -> str | None:
@@ -393,7 +389,7 @@ class Session:
             raise SessionBusy(self.session_id)
         first = not self.started
         if self.parent is None:
-            self.budget_stop = None  # a top-level session's earlier task ended by a budget
+            self.stop = None  # a top-level session's earlier task ended by a budget
         if self.released:
             self._reload()
         self.write_meta()

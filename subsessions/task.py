@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
+from subsessions.children import Stop
 from subsessions.errors import (
     BudgetExhausted,
     MaxTurnsExceeded,
@@ -44,7 +45,6 @@ class TaskHost(RouterHost, Protocol):
     token_usage: TokenUsage
     answered_by: str | None  # the model that answered last, when it was not `model`
     meter: Meter  # what it spent against its budget (and its ancestors')
-    budget_stop: BudgetExhausted | None  # the budget stop this task ends with, once claimed
     last_message: str | None  # its last assistant message so far
     inbox: list[str]  # messages sent to it while it runs (send_message)
     taking_messages: bool  # its task will read the inbox before another model call
@@ -63,7 +63,9 @@ class TaskHost(RouterHost, Protocol):
     @property
     def sandbox_policy(self) -> dict[str, Any]: ...  # Codex's shape, for turn_context
     @property
-    def cancel_requested(self) -> bool: ...  # a cancel that came before the first step
+    def stop(self) -> Stop | None: ...  # the first stop asked of this task
+    @property
+    def budget_stop(self) -> BudgetExhausted | None: ...  # its stop, if a budget's
 
     def task_begins(self) -> None: ...  # its task runs its first line
     def task_ended(self) -> None: ...  # its terminal record is written
@@ -103,9 +105,10 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
     since = len(host.history)
     host.task_begins()
     try:
-        if host.budget_stop is not None:  # stopped by a budget before its first line
-            raise _fresh(host.budget_stop)
-        if host.cancel_requested:
+        stop = host.stop
+        if isinstance(stop, BudgetExhausted):  # stopped by a budget before its first line
+            raise _fresh(stop)
+        if stop is not None:  # cancelled before its first line
             raise asyncio.CancelledError
         if host.meter.active and not (first and host.is_child):  # (clamped at spawn)
             _check(host, host.meter.spent())

@@ -22,6 +22,7 @@ from typing import Any
 from attrs import define, evolve, field
 
 from subsessions import task
+from subsessions.children import CANCEL
 from subsessions.config import BUILTIN_TOOL_NAMES
 from subsessions.errors import BudgetExhausted, ConfigError, RemoteError, WorkerLost
 from subsessions.events import listening
@@ -116,7 +117,7 @@ class RayBackend:
         return self._run_remote(host_session, prompt, first)
 
     async def _run_remote(self, child: Session, prompt: str, first: bool) -> str | None:
-        if child.cancel_requested or child.budget_stop is not None:  # stopped before it began
+        if child.stop is not None:  # stopped before it began
             return await task.run(child, prompt, first)  # it ends here, as in process
         child.task_begins()  # from here a cancel reaches this task, and through it the shard
         child.meter.disarm()  # its clock rings on the shard, which counts what it spends
@@ -127,7 +128,7 @@ class RayBackend:
                 await child.recorder.flush_durable()
                 shard = await pool.place(self._shard_of.get(child.session_id))
             except asyncio.CancelledError:  # no shard has it yet: it ends here, as in process
-                child.cancel_at_first_step()
+                child.request_stop(deliver=False)
                 await task.run(child, prompt, first)
                 raise
             assert child.parent is not None
@@ -322,7 +323,7 @@ def _spec(child: Session, prompt: str, first: bool) -> ChildSpec:
             notify_on_child_end=root.notify_on_child_end,
         ),
         relay_events=listening(child.events),
-        cancel_first=child.cancel_requested,
+        cancel_first=child.stop is CANCEL,
         budget=child.budget,
         inbox=tuple(child.inbox),
         elapsed=child.meter.elapsed(),

@@ -18,13 +18,10 @@ from typing import Any
 from attrs import define, evolve, field
 
 from subsessions.budget import Budget
+from subsessions.children import Cancelled, Done, Failed, ending_of
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.dispatch import Dispatcher
-from subsessions.errors import (
-    BudgetExhausted,
-    RolloutError,
-    error_text,
-)
+from subsessions.errors import BudgetExhausted, RolloutError
 from subsessions.events import SessionEvent
 from subsessions.meter import Meter, Stop
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
@@ -40,6 +37,7 @@ from subsessions.tools import builtin_tools
 from subsessions.tree import SessionTree
 
 LIFECYCLE = ("subagent.started", "subagent.completed", "subagent.failed")  # the driver's own
+STATE_WORDS = {Done: "done", Failed: "failed", Cancelled: "cancelled"}  # Outcome.state
 METERED = ("subagent.usage", "assistant.message")  # always sent: the driver's listing, budget
 
 
@@ -146,29 +144,15 @@ class RemoteTool:
 
 class ShardChild(Session):
     """A top-level session's child as a shard runs it. Its stand-in parent keeps no record of
-    it, so the first stop (a cancel, a budget's from the driver, its own budget's) is kept
-    here, as a parent's record keeps it in process: later ones change nothing."""
+    it; its own `stop` keeps the first stop (a cancel, a budget's from the driver, its own
+    budget's), as in process."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.stopped = False  # a stop was claimed or delivered
         self.follow_up = False  # its task is a later one: no session start, as in process
 
     def _claim(self) -> bool:
         return super()._claim() and not self.follow_up
-
-    def stop(self, error: BudgetExhausted | None) -> None:
-        """Deliver a cancel (with `error`: it ends `budget_limited`) once."""
-        if self.stopped:
-            return
-        self.stopped = True
-        if error is not None:
-            self.budget_stop = error
-        running = self._task
-        if running is not None:
-            running.cancel()
-        else:  # not begun (or ended): its first line ends it, its `finally` writes that
-            self.cancel_at_first_step()
 
     def count_in_tree(self, limits: Budget, turns: int, tokens: int, spent: Stop) -> None:
         """Count what it spends against its tree's limits too, from what the tree had spent
@@ -178,17 +162,9 @@ class ShardChild(Session):
         share.turns, share.tokens = turns, tokens
         self.meter = Meter(self.meter.limits, share, self.stop_for_budget, self.tree.alarms)
 
-    def claim_budget_stop(self, error: BudgetExhausted) -> None:
-        if not self.stopped:
-            self.stopped = True
-            self.budget_stop = error
-
-    def stop_for_budget(self, error: BudgetExhausted) -> None:
-        self.stop(error)
-
     def take(self, message: str) -> bool:
         """A message from the driver (send_message): read before its next model call."""
-        if self.stopped or not self.taking_messages or self.ended:
+        if self.stop is not None or not self.taking_messages or self.ended:
             return False
         self.inbox.append(message)
         return True
@@ -245,7 +221,7 @@ class Shard:
         stand_in = self._stand_in(spec.root, spec.relay_events, spec.tree_budget)
         child = self._child(spec, stand_in)
         if spec.cancel_first:
-            child.stop(None)
+            child.request_stop()
         task = runtime.spawn_task(child.run_task(spec.prompt), f"subsession-{spec.session_id}")
         # before the first await: a `stop` or `send` the driver sent after this call finds it
         self._running[spec.session_id] = child
@@ -253,7 +229,7 @@ class Shard:
         try:
             await asyncio.wait((task,))
         except asyncio.CancelledError:
-            child.stop(None)
+            child.request_stop()
             await asyncio.wait((task,))  # the task's own `finally` writes its ending
             await self._finish(spec, child, task)
             raise
@@ -265,7 +241,7 @@ class Shard:
         """Cancel a running child (with `budget`: a budget stop); nothing if it has ended."""
         child = self._running.get(session_id)
         if child is not None:
-            child.stop(None if budget is None else BudgetExhausted(*budget))
+            child.request_stop(None if budget is None else BudgetExhausted(*budget))
 
     async def send(self, session_id: str, message: str) -> bool:
         """A message for a running child; False when it is ending (or gone)."""
@@ -274,26 +250,22 @@ class Shard:
 
     async def _finish(self, spec: ChildSpec, child: Session,
                       task: asyncio.Task[str | None]) -> Outcome:
-        state, result, error = "cancelled", None, None
-        stop: tuple[str, float] | None = None
-        if not task.cancelled():
-            exc = task.exception()
-            state, result, error = ("done", task.result(), None) if exc is None else (
-                "failed", None, error_text(exc))
-            if isinstance(exc, BudgetExhausted):
-                stop = (exc.kind, exc.limit)
+        unwritten: RolloutError | None = None
         try:
             await child.recorder.flush_durable()
         except RolloutError as exc:
-            if state == "done":  # the result never reached the disk
-                state, result, error = "failed", None, str(exc)
+            unwritten = exc
+        ending = ending_of(task, unwritten)
+        raised = None if task.cancelled() else task.exception()
+        stop = (raised.kind, raised.limit) if isinstance(raised, BudgetExhausted) else None
         await self._channel.delivered(self._channel.sent)
         child.events.close()
         self._release(spec.root.session_id)
         usage = child.usage()
-        return Outcome(state, result, error, usage.input_tokens, usage.output_tokens,
-                       usage.turns, usage.tool_calls, child.answered_by, stop,
-                       (child.meter.turns, child.meter.tokens))
+        return Outcome(STATE_WORDS[type(ending)], ending.result if isinstance(ending, Done)
+                       else None, ending.error if isinstance(ending, Failed) else None,
+                       usage.input_tokens, usage.output_tokens, usage.turns, usage.tool_calls,
+                       child.answered_by, stop, (child.meter.turns, child.meter.tokens))
 
     async def close(self) -> None:
         """Drain what children left (their end hooks), write every line, stop the writer."""
