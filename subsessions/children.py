@@ -83,6 +83,16 @@ STATUS_WORDS = {ChildStatus.PENDING: "running", ChildStatus.CANCELLING: "running
                 ChildStatus.CANCELLED: "cancelled"}
 
 
+@frozen
+class Figures:
+    """What a child's task ran up in another process (a shard), as its parent shows it:
+    `apply` takes them in one place."""
+
+    usage: Usage  # its own tokens, tool calls and turns
+    answered_by: str | None  # the fallback that answered last, when one did
+    spent: tuple[int, int] | None = None  # its meter (turns, tokens), descendants' included
+
+
 def ending_of(task: asyncio.Task[Any], unwritten: Exception | None = None) -> Ending:
     """How a finished child task ended, as its parent records it: its result counts only
     once it is on disk (`unwritten`: why it is not)."""

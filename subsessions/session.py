@@ -16,7 +16,7 @@ from typing import Any
 
 from subsessions import task
 from subsessions.budget import Budget
-from subsessions.children import CANCEL, Stop
+from subsessions.children import CANCEL, Figures, Stop
 from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
 from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventHub, EventStream
@@ -24,7 +24,7 @@ from subsessions.ids import new_session_id
 from subsessions.items import Item
 from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
-from subsessions.models.base import NO_USAGE
+from subsessions.models.base import NO_USAGE, TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
@@ -229,6 +229,17 @@ class Session:
         tree = self._subsessions.tree() if self._subsessions is not None else []
         return Usage.total([own, *(s.usage() for s in tree), *self.elsewhere.values(),
                             *(u for s in tree for u in s.elsewhere.values())])
+
+    def apply(self, figures: Figures) -> None:
+        """Its figures from the process its task runs in (a shard): usage, the answering
+        model, and what its meter has counted."""
+        usage = figures.usage
+        self.token_usage = TokenUsage(usage.input_tokens, usage.output_tokens)
+        self.turns = usage.turns
+        self.router.calls = usage.tool_calls
+        self.answered_by = figures.answered_by
+        if figures.spent is not None:
+            self.meter.turns, self.meter.tokens = figures.spent
 
     # -- listeners and host answers ---------------------------------------------------------
     def on(self, handler: EventHandler) -> Callable[[], None]:

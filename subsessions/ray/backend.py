@@ -26,7 +26,6 @@ from subsessions.children import CANCEL
 from subsessions.config import BUILTIN_TOOL_NAMES
 from subsessions.errors import BudgetExhausted, ConfigError, RemoteError, WorkerLost
 from subsessions.events import listening
-from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
 from subsessions.ray import host
 from subsessions.ray.placement import ShardRef, Shards, import_ray
@@ -144,11 +143,7 @@ class RayBackend:
             if family is not None and family.has_children:
                 await family.abort_all_children(child.budget_stop)
             child.task_ended()
-        child.token_usage = TokenUsage(outcome.input_tokens, outcome.output_tokens)
-        child.turns = outcome.turns
-        child.router.calls = outcome.tool_calls
-        child.answered_by = outcome.answered_by
-        child.meter.turns, child.meter.tokens = outcome.spent
+        child.apply(outcome.figures())
         if outcome.budget_stop is not None:
             stop = BudgetExhausted(*outcome.budget_stop)
             child.claim_budget_stop(stop)

@@ -24,7 +24,7 @@ from subsessions.dispatch import Dispatcher
 from subsessions.errors import BudgetExhausted, RolloutError
 from subsessions.events import SessionEvent
 from subsessions.meter import Meter, Stop
-from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
+from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import LoadedProfile
 from subsessions.ray.channel import Channel, Message
@@ -323,13 +323,11 @@ class Shard:
         if spec.follow_up:  # the same history, usage and meter its last task ended with
             child.follow_up = True
             child.history.extend(read_rollout(spec.rollout_path).response_items())
-            tokens_in, tokens_out, child.turns, child.router.calls = spec.usage
-            child.token_usage = TokenUsage(tokens_in, tokens_out)
         if spec.tree_budget is not None:
             child.count_in_tree(spec.tree_budget, *spec.tree_spent, partial(
                 self._spent, spec.root.session_id))
         child.meter.started -= spec.elapsed  # its clock counts from its spawn in the driver
-        child.meter.turns, child.meter.tokens = spec.spent
+        child.apply(spec.figures())
         child.inbox.extend(spec.inbox)
         # Usage always goes to the driver (its listing, its tree's budget); the rest only
         # when someone listens there.

@@ -12,9 +12,11 @@ from typing import Any
 from attrs import frozen
 
 from subsessions.budget import Budget
+from subsessions.children import Figures
 from subsessions.config import SessionConfig
 from subsessions.profiles import Profile
 from subsessions.tools import ToolContext
+from subsessions.usage import Usage
 
 
 @frozen
@@ -67,6 +69,11 @@ class ChildSpec:
     follow_up: bool = False  # a later task (send_message to it ended): history from its rollout
     usage: tuple[int, int, int, int] = (0, 0, 0, 0)  # its tasks' so far: tokens in, out, turns,
     spent: tuple[int, int] = (0, 0)  # tool calls; and its meter's (turns, tokens)
+
+    def figures(self) -> Figures:
+        """What its earlier tasks ran up (nothing for a first task), and its meter."""
+        tokens_in, tokens_out, turns, calls = self.usage
+        return Figures(Usage(tokens_in, tokens_out, calls, turns), None, self.spent)
 
 
 @frozen
@@ -142,3 +149,7 @@ class Outcome:
     answered_by: str | None
     budget_stop: tuple[str, float] | None = None  # failed on a budget: (kind, limit)
     spent: tuple[int, int] = (0, 0)  # its meter: (turns, tokens, its descendants' included)
+
+    def figures(self) -> Figures:
+        return Figures(Usage(self.input_tokens, self.output_tokens, self.tool_calls,
+                             self.turns), self.answered_by, self.spent)
