@@ -103,24 +103,19 @@ class SubsessionManager:
             if derived is None:
                 derived = self._child_configs[profile] = self._child_config(profile)
             chosen, config = derived
-        tree = parent.tree
-        await tree.admit(parent.depth)
-        try:
+        with await parent.tree.reserve(parent.depth) as place:  # given back if it fails
             call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
             if not parent.is_child:  # a top-level rollout starts with its first task or child
                 parent.write_meta()
             child = parent.new_child(config, chosen, call_id, budget)
             task = runtime.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
-        except BaseException:
-            tree.unadmit()  # it never starts: what admitting it took is given back
-            raise
+            place.commit()
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
         # naming a child that has no rollout.
         parent.recorder.before_flush(child.hand_over_head)
         record = Record(child, Pending(task))
         self._children[child.session_id] = record
-        tree.child_started()
         parent.recorder.event(records.background(
             f"spawned child session {child.session_id} with model {child.model}"
         ))
@@ -324,13 +319,13 @@ class SubsessionManager:
         runtime = parent.runtime
         runtime.check_open()
         self._check_can_start("send messages to its sub-sessions")
-        parent.tree.check_running()
         child = record.session
-        child.prepare_follow_up()
-        task = runtime.spawn_task(child.run_task(message), f"subsession-{child.session_id}")
+        with parent.tree.reserve_follow_up() as place:
+            child.prepare_follow_up()
+            task = runtime.spawn_task(child.run_task(message), f"subsession-{child.session_id}")
+            place.commit()
         record.restart(task)
         if record in self._unnoticed:  # its earlier ending needs no notice any more
             self._unnoticed.remove(record)
-        parent.tree.child_started()
         task.add_done_callback(partial(self._on_task_done, record))
         runtime.dispatcher.child_started(parent, child, child.call_id or "")

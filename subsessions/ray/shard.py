@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from attrs import define, evolve, field
+from attrs import define, evolve
 
 from subsessions.budget import Budget
 from subsessions.children import Cancelled, Done, Failed, ending_of
@@ -28,7 +28,8 @@ from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import LoadedProfile
 from subsessions.ray.channel import Channel, Message
-from subsessions.ray.wire import Call, ChildSpec, Event, Outcome, Room, RootSpec, Spent, ToolSpec
+from subsessions.ray.ledger import DriverLedger
+from subsessions.ray.wire import ChildSpec, Event, Outcome, RootSpec, Spent, ToolSpec
 from subsessions.rollouts.reader import read_rollout
 from subsessions.runtime import Runtime
 from subsessions.session import Session
@@ -39,75 +40,6 @@ from subsessions.tree import SessionTree
 LIFECYCLE = ("subagent.started", "subagent.completed", "subagent.failed")  # the driver's own
 STATE_WORDS = {Done: "done", Failed: "failed", Cancelled: "cancelled"}  # Outcome.state
 METERED = ("subagent.usage", "assistant.message")  # always sent: the driver's listing, budget
-
-
-@define(eq=False)
-class ShardTree(SessionTree):
-    """A tree's share on this shard. The tree's running count is the driver's: a child
-    starting here is admitted there first (and counted at once), one ending is reported."""
-
-    channel: Channel = field(kw_only=True)
-    root_id: str = field(kw_only=True)
-    turn_limit: int | None = field(default=None, kw_only=True)  # the tree's max_turns
-    _admitted: int = field(default=0, init=False)  # counted by the driver, not started yet
-
-    def respond(self, host: Any, client: Any, request: Any) -> Awaitable[Any]:
-        return self._respond(host, client, request)
-
-    async def _respond(self, host: Session, client: Any, request: ModelRequest) -> Any:
-        """The driver hears of each model call as it begins (the child's live usage). With
-        a turn limit the tree's turn is granted there first, so calls on several shards
-        never overshoot it; none left: the tree is spent, this session stops here."""
-        top = host
-        while top.parent is not None and top.parent.parent is not None:
-            top = top.parent
-        limit = self.turn_limit
-        if limit is None:
-            self.channel.send(Call(self.root_id, top.session_id, host.session_id, host.turns,
-                                   host.router.calls))
-            return await client.respond(request)
-        granted = await self.channel.ask(self.root_id, "turn", "", host.session_id,
-                                         host.turns, host.router.calls,
-                                         child_id=top.session_id)
-        if granted is None:
-            error = BudgetExhausted("turns", limit)
-            host.claim_budget_stop(error)
-            raise error
-        response = await client.respond(request)
-        # its charge (next, with nothing awaited between) makes the tree's count `granted`:
-        # the tree's last turn, wanting more, stops the tree as in process
-        host.meter.root.turns = granted - 1
-        return response
-
-    async def admit(self, parent_depth: int) -> None:
-        self.check_room(parent_depth)  # the depth, and what this shard alone runs
-        asked = asyncio.ensure_future(self.channel.ask(self.root_id, "room", ""))
-        try:
-            await asyncio.shield(asked)
-        except asyncio.CancelledError:  # the driver may count it: not once it has answered
-            asked.add_done_callback(self._unadmit)
-            raise
-        self._admitted += 1
-
-    def _unadmit(self, asked: asyncio.Future[Any]) -> None:
-        if not asked.cancelled() and asked.exception() is None:
-            self.channel.send(Room(self.root_id, -1))
-
-    def unadmit(self) -> None:
-        """Its spawn failed after the driver counted it: the driver's count goes back."""
-        self._admitted -= 1
-        self.channel.send(Room(self.root_id, -1))
-
-    def child_started(self) -> None:
-        super().child_started()
-        if self._admitted:
-            self._admitted -= 1
-        else:  # a follow-up (send_message), checked against this shard's count only
-            self.channel.send(Room(self.root_id, 1))
-
-    def child_ended(self) -> None:
-        super().child_ended()
-        self.channel.send(Room(self.root_id, -1))
 
 
 @define(eq=False)
@@ -295,9 +227,8 @@ class Shard:
         )
         # It writes nothing (the driver's session has the rollout): it never runs a task.
         stand_in = Session(self._runtime, config, resumed=(root.session_id, os.devnull))
-        stand_in.tree = ShardTree(config, self._runtime.profiles, channel=self._channel,
-                                  root_id=root.session_id,
-                                  turn_limit=None if budget is None else budget.max_turns)
+        stand_in.tree = SessionTree(config, self._runtime.profiles, ledger=DriverLedger(
+            self._channel, root.session_id, None if budget is None else budget.max_turns))
         if relay:
             stand_in.on(partial(self._relay_own, root.session_id))
         self._runtime.dispatcher.register(stand_in)
