@@ -37,6 +37,7 @@ from subsessions.errors import (
     SessionBusy,
     UnknownSession,
 )
+from subsessions.kit import Kit
 from subsessions.member import Member
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts import records
@@ -48,12 +49,12 @@ Record = ChildRecord[Member]
 class SubsessionManager:
     """The children of one session. Limits are counted over the root's whole tree."""
 
-    __slots__ = ("_child_configs", "_children", "_session", "_unnoticed")
+    __slots__ = ("_children", "_kits", "_session", "_unnoticed")
 
     def __init__(self, session: Member) -> None:
         self._session = session
         self._children: dict[str, Record] = {}
-        self._child_configs: dict[str | Profile, tuple[Profile, SessionConfig]] = {}
+        self._kits: dict[str | Profile, Kit] = {}  # what siblings of one profile share
         self._unnoticed: list[Record] = []  # ended children the parent was not told of yet
 
     def __repr__(self) -> str:
@@ -69,8 +70,8 @@ class SubsessionManager:
         """The definitions (name, description, parameters) of this session's tools that an
         agent's allowlist admits, in allowlist order: what that agent's model is told.
         Nothing for an agent without an allowlist: it sees the session's whole list anyway."""
-        profile = self._child_config(agent)[0]
-        if profile.tools is None:
+        profile = self._kit(agent).profile
+        if profile is None or profile.tools is None:
             return []
         return [
             {"name": t.name, "description": t.description, "parameters": t.parameters}
@@ -96,18 +97,12 @@ class SubsessionManager:
             raise InvalidArguments("spawn_child", "prompt must be a non-empty string")
         if budget is not None and not isinstance(budget, Budget):
             raise InvalidArguments("spawn_child", "budget must be a Budget or None")
-        if not isinstance(profile, str | Profile):  # a SessionConfig (used as given) or junk
-            chosen, config = self._child_config(profile)
-        else:  # same profile, same parent: same derived config
-            derived = self._child_configs.get(profile)
-            if derived is None:
-                derived = self._child_configs[profile] = self._child_config(profile)
-            chosen, config = derived
+        kit = self._kit(profile)
         with await parent.tree.reserve(parent.depth) as place:  # given back if it fails
             call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
             if not parent.is_child:  # a top-level rollout starts with its first task or child
                 parent.write_meta()
-            child = parent.new_child(config, chosen, call_id, budget)
+            child = parent.new_child(kit, call_id, budget)
             task = runtime.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
             place.commit()
         # The child's session_meta reaches the writer before the parent's line naming it
@@ -128,18 +123,26 @@ class SubsessionManager:
         if parent.is_child and parent.ended:
             raise SessionBusy(parent.session_id, f"has ended; it cannot {what}")
 
-    def _child_config(
-        self, profile: str | Profile | SessionConfig
-    ) -> tuple[Profile, SessionConfig]:
+    def _kit(self, profile: str | Profile | SessionConfig) -> Kit:
+        """What a child spawned from `profile` is made of: one kit per profile for the
+        siblings under this parent (a host's SessionConfig is used as given)."""
         parent = self._session
         if isinstance(profile, SessionConfig):
-            return as_child_config(profile, parent.model, parent.cwd)
+            return self._new_kit(*as_child_config(profile, parent.model, parent.cwd))
         if not isinstance(profile, str | Profile):
             raise InvalidArguments(
                 "spawn_child", "profile must be a profile name, a Profile or a SessionConfig"
             )
-        chosen = resolve_profile(profile, self.profiles()).child_view()
-        return chosen, parent.child_config(chosen)
+        kit = self._kits.get(profile)
+        if kit is None:
+            chosen = resolve_profile(profile, self.profiles()).child_view()
+            kit = self._kits[profile] = self._new_kit(chosen, parent.child_config(chosen))
+        return kit
+
+    def _new_kit(self, profile: Profile, config: SessionConfig) -> Kit:
+        parent = self._session
+        return Kit(config, profile, {t.name: t for t in config.tools},
+                   parent.child_tool_context(), parent.tree, parent.depth + 1)
 
     # -- endings ----------------------------------------------------------------------------
     def _on_task_done(self, record: Record, task: asyncio.Task[str | None]) -> None:

@@ -22,6 +22,7 @@ from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy, S
 from subsessions.events import EventHandler, EventHub, EventStream
 from subsessions.ids import new_session_id
 from subsessions.items import Item
+from subsessions.kit import Kit
 from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
 from subsessions.models.base import NO_USAGE, TokenUsage
@@ -29,7 +30,6 @@ from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
 from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
-from subsessions.router import ToolRouter
 from subsessions.runtime import Runtime
 from subsessions.tools import ToolContext, builtin_tools
 from subsessions.tools.context import sandbox_policy
@@ -54,11 +54,10 @@ class Session:
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
         "_child_context", "_notes", "_phase", "_subsessions", "_task", "answered_by",
-        "call_id", "config", "cwd", "depth", "elsewhere", "events", "forked_from", "history",
-        "inbox", "instructions", "last_message", "mailbox", "max_turns", "meter", "model",
-        "parent", "profile", "recorder", "resume_report", "root", "router", "runtime",
-        "session_id", "source", "started_at", "stop", "taking_messages", "token_usage",
-        "tool_context", "tree", "turns",
+        "call_id", "cwd", "depth", "elsewhere", "events", "forked_from", "history", "inbox",
+        "instructions", "kit", "last_message", "mailbox", "max_turns", "meter", "model",
+        "parent", "recorder", "resume_report", "root", "runtime", "session_id", "source",
+        "started_at", "stop", "taking_messages", "token_usage", "tool_calls", "tree", "turns",
     )
 
     def __init__(
@@ -74,17 +73,18 @@ class Session:
         tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
         session_id: str | None = None,  # a host's own id for a new top-level session
         budget: Budget | None = None,  # a child's, asked for at spawn (besides its config's)
+        kit: Kit | None = None,  # a child's, shared with its siblings (`child_kit`)
     ) -> None:
         self.session_id = resumed[0] if resumed else session_id or new_session_id()
         self.runtime = runtime
-        self.config = config
+        if kit is not None:
+            config, profile = kit.config, kit.profile
         self.parent = parent
         self.root: Session = parent.root if parent is not None else self
         self.tree: SessionTree = (
             parent.tree if parent is not None else SessionTree(config, runtime.profiles)
         )
         self.depth: int = parent.depth + 1 if parent is not None else 0
-        self.profile = profile
         self.call_id = call_id
         self.source = source
         self.model = config.model or runtime.model
@@ -117,11 +117,8 @@ class Session:
         )
         self._subsessions: SubsessionManager | None = None  # made when first asked for
         self._child_context: ToolContext | None = None
-        self.tool_context = tool_context or self._own_tool_context()
-        tools = config.tools
-        if self.tool_context is not None and parent is None:
-            tools += builtin_tools(self.tool_context, _builtin_names(config))
-        self.router = ToolRouter(self, {t.name: t for t in tools})
+        self.kit = kit or self._own_kit(config, profile, tool_context)
+        self.tool_calls = 0  # function calls run
         self.answered_by: str | None = None  # the model that answered last, if not `model`
         self._phase = Phase.OPEN if resumed is not None else Phase.NEW  # keeps its first meta
         self._notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
@@ -191,8 +188,16 @@ class Session:
         return self.recorder.path
 
     @property
-    def tool_calls(self) -> int:
-        return self.router.calls
+    def config(self) -> SessionConfig:
+        return self.kit.config
+
+    @property
+    def profile(self) -> Profile | None:
+        return self.kit.profile
+
+    @property
+    def tool_context(self) -> ToolContext | None:
+        return self.kit.tool_context
 
     @property
     def answering_model(self) -> str:
@@ -201,7 +206,7 @@ class Session:
 
     def allows(self, tool_name: str) -> bool:
         """Whether this session's profile allowlist admits a tool (no profile admits all)."""
-        return self.profile is None or self.profile.allows(tool_name)
+        return self.kit.allows(tool_name)
 
     @property
     def offers_subsession_tools(self) -> bool:
@@ -210,11 +215,11 @@ class Session:
 
     def tools(self) -> tuple[Tool, ...]:
         """The tools this session's model may call besides the engine's own."""
-        return self.router.tools()
+        return tuple(self.kit.tools.values())
 
     def tool_specs(self) -> tuple[dict[str, Any], ...]:
         """What the model is offered (fixed for the session's life)."""
-        return self.router.specs()
+        return self.kit.specs()
 
     def usage(self, include_children: bool = False) -> Usage:
         """Tokens, tool calls and model turns of this session (and its whole tree)."""
@@ -236,7 +241,7 @@ class Session:
         usage = figures.usage
         self.token_usage = TokenUsage(usage.input_tokens, usage.output_tokens)
         self.turns = usage.turns
-        self.router.calls = usage.tool_calls
+        self.tool_calls = usage.tool_calls
         self.answered_by = figures.answered_by
         if figures.spent is not None:
             self.meter.turns, self.meter.tokens = figures.spent
@@ -264,18 +269,21 @@ class Session:
             self._child_context = self.tool_context.for_child()
         return self._child_context
 
-    def _own_tool_context(self) -> ToolContext | None:
-        """A top-level session's workspace and policies, when it asked for built-in tools."""
-        config = self.config
-        if not config.builtin_tools or self.parent is not None:
-            return None
-        return ToolContext(
-            cwd=self.cwd, sandbox=config.sandbox, network_access=config.network_access,
-            read_only_paths=(str(self.runtime.home),),
-            approval=config.approval, env_policy=config.env_policy,
-            max_processes=config.max_processes,
-            ask_permission=partial(self.runtime.dispatcher.request_permission, self),
-        )
+    def _own_kit(self, config: SessionConfig, profile: Profile | None,
+                 context: ToolContext | None) -> Kit:
+        """A session's own kit: a top-level session's built-in tools are bound to its own
+        workspace and permission handler; another's context comes made (a child's)."""
+        tools = config.tools
+        if context is None and config.builtin_tools and self.parent is None:
+            context = ToolContext(
+                cwd=self.cwd, sandbox=config.sandbox, network_access=config.network_access,
+                read_only_paths=(str(self.runtime.home),),
+                approval=config.approval, env_policy=config.env_policy,
+                max_processes=config.max_processes,
+                ask_permission=partial(self.runtime.dispatcher.request_permission, self),
+            )
+            tools += builtin_tools(context, _builtin_names(config))
+        return Kit(config, profile, {t.name: t for t in tools}, context, self.tree, self.depth)
 
     def child_config(self, profile: Profile) -> SessionConfig:
         """A child's config (`derive_config`); built-in tools are made anew for the child,
@@ -288,12 +296,10 @@ class Session:
         return derive_config(self.config, profile, model=self.model, cwd=self.cwd,
                              builtins=builtins)
 
-    def new_child(self, config: SessionConfig, profile: Profile, call_id: str,
-                  budget: Budget | None = None) -> Session:
+    def new_child(self, kit: Kit, call_id: str, budget: Budget | None = None) -> Session:
         """What the manager asks for: a child session, not started."""
-        return Session(self.runtime, config, parent=self, profile=profile, call_id=call_id,
-                       source="subagent", tool_context=self.child_tool_context(),
-                       budget=budget)
+        return Session(self.runtime, kit.config, parent=self, kit=kit, call_id=call_id,
+                       source="subagent", budget=budget)
 
     def hand_over_head(self) -> None:
         """A spawned child's first lines to the writer, before its parent's line naming it."""
@@ -431,15 +437,12 @@ class Session:
         """Drop what only a task needs (history, tools) once a child has ended and its rollout
         is written: a long-lived parent of many children must not hold every transcript."""
         self.history = []
-        self.router.replace_tools(())
         self._child_context = None
         self._phase = Phase.RELEASED
 
     def _reload(self) -> None:
-        """Before a released child runs again: its history from its rollout, its tools from
-        its config (a child's tools are all there)."""
+        """Before a released child runs again: its history from its rollout."""
         self.history = read_rollout(self.recorder.path).response_items()
-        self.router.replace_tools(self.config.tools)
         self._phase = Phase.IDLE
 
     def note(self, message: str) -> None:

@@ -34,7 +34,7 @@ from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.rollouts import records
-from subsessions.router import RouterHost, ToolRouter
+from subsessions.router import RouterHost, call_tool
 
 
 class TaskHost(RouterHost, Protocol):
@@ -58,8 +58,6 @@ class TaskHost(RouterHost, Protocol):
     def instructions(self) -> str: ...
     @property
     def max_turns(self) -> int: ...
-    @property
-    def router(self) -> ToolRouter: ...
     @property
     def sandbox_policy(self) -> dict[str, Any]: ...  # Codex's shape, for turn_context
     @property
@@ -266,8 +264,8 @@ async def _turns(host: TaskHost) -> str | None:
             model=host.model,
             instructions=host.instructions,
             items=tuple(host.history),
-            tools=host.router.specs(),
-            fallback_models=host.profile.fallback_models if host.profile else (),
+            tools=host.kit.specs(),
+            fallback_models=host.kit.fallback_models,
         )
         host.turns += 1
         response: ModelResponse = await host.tree.respond(host, client, request)
@@ -299,11 +297,10 @@ async def _turns(host: TaskHost) -> str | None:
             if host.inbox:  # a message came while it answered: one more turn reads it
                 continue
             return answer
-        router = host.router
         if len(calls) == 1:
-            outputs = [await router.call(calls[0])]
+            outputs = [await call_tool(host, calls[0])]
         else:
-            outputs = await asyncio.gather(*(router.call(c) for c in calls))
+            outputs = await asyncio.gather(*(call_tool(host, c) for c in calls))
         for output in outputs:
             host.history.append(output)
             recorder.record("response_item", output)

@@ -8,7 +8,7 @@ meter; a child's budget is clamped here to what its parent and the tree have lef
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from attrs import define, field
@@ -60,10 +60,6 @@ class SessionTree:
     _root_busy: bool = field(default=False, init=False)  # the root runs a task
     _profiles: dict[str, Profile] | None = field(default=None, init=False)
     _subsession_specs: Specs | None = field(default=None, init=False)
-    # tool specs by (config id, profile, depth), with the config kept alive
-    _spec_cache: dict[tuple[int, Profile | None, int], tuple[object, Specs]] = field(
-        factory=dict, init=False
-    )
 
     def __repr__(self) -> str:
         return (f"<SessionTree running={self._running}/{self.max_children} "
@@ -159,16 +155,3 @@ class SessionTree:
         if self._subsession_specs is None:
             self._subsession_specs = tool_specs(self.profiles())
         return self._subsession_specs
-
-    def specs_for(
-        self, config: object, profile: Profile | None, depth: int, build: Callable[[], Specs]
-    ) -> Specs:
-        """What a session's model is offered: the same for siblings spawned from one
-        profile, so built once per (config, profile, depth) in the tree."""
-        key = (id(config), profile, depth)
-        cached = self._spec_cache.get(key)
-        if cached is not None and cached[0] is config:
-            return cached[1]
-        specs = build()
-        self._spec_cache[key] = (config, specs)
-        return specs

@@ -101,7 +101,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "tools.safe_commands", "urls", "usage"),
     1: ("children", "config", "environment", "events", "handlers.ask_user", "ledger", "meter",
         "profiles", "settings", "specs", "tools.schema", "tree", "waits"),
-    2: ("mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
+    2: ("kit", "mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
         "models.factory", "models.openai_chat", "models.openai_common", "models.openai_errors",
         "models.openai_responses", "models.scripted", "rollouts", "rollouts.files",
         "rollouts.follow", "rollouts.index", "rollouts.listing", "rollouts.reader",

@@ -324,7 +324,7 @@ def _spec(child: Session, prompt: str, first: bool) -> ChildSpec:
         elapsed=child.meter.elapsed(),
         follow_up=not first,
         usage=(child.token_usage.input_tokens, child.token_usage.output_tokens, child.turns,
-               child.router.calls),
+               child.tool_calls),
         spent=(child.meter.turns, child.meter.tokens),
         tree_budget=parent.root.budget,
         tree_spent=(parent.root.meter.turns, parent.root.meter.tokens),

@@ -62,10 +62,10 @@ class DriverLedger:
         limit = self.turn_limit
         if limit is None:
             self.channel.send(Call(self.root_id, top.session_id, host.session_id, host.turns,
-                                   host.router.calls))
+                                   host.tool_calls))
             return await client.respond(request)
         granted = await self.channel.ask(self.root_id, "turn", "", host.session_id,
-                                         host.turns, host.router.calls,
+                                         host.turns, host.tool_calls,
                                          child_id=top.session_id)
         if granted is None:
             error = BudgetExhausted("turns", limit)
