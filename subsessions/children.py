@@ -53,9 +53,9 @@ CANCEL = Cancel.CANCEL
 Stop = Cancel | BudgetExhausted  # the first stop asked of a task: how it is to end
 
 
-@define
+@frozen
 class Pending:
-    task: asyncio.Task[str | None]
+    """Running (its task owned by the runtime; a stop reaches it through the child)."""
 
 
 @frozen
@@ -73,6 +73,7 @@ class Cancelled:
     pass
 
 
+PENDING = Pending()
 ChildState = Pending | Done | Failed | Cancelled
 Ending = Done | Failed | Cancelled
 STATUS_OF = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: ChildStatus.FAILED,
@@ -94,16 +95,18 @@ class Figures:
 
 
 def ending_of(task: asyncio.Task[Any], unwritten: Exception | None = None) -> Ending:
-    """How a finished child task ended, as its parent records it: its result counts only
-    once it is on disk (`unwritten`: why it is not)."""
+    """How a finished child task ended, as its parent records it (`on_disk`)."""
     if task.cancelled():
         return Cancelled()
     exc = task.exception()
-    if exc is not None:
-        return Failed(error_text(exc))
-    if unwritten is not None:
+    return on_disk(Done(task.result()) if exc is None else Failed(error_text(exc)), unwritten)
+
+
+def on_disk(outcome: Ending, unwritten: Exception | None) -> Ending:
+    """A result counts only once it is in the rollout (`unwritten`: why it is not)."""
+    if unwritten is not None and isinstance(outcome, Done):
         return Failed(str(unwritten))
-    return Done(task.result())
+    return outcome
 
 
 @frozen
@@ -230,11 +233,11 @@ class ChildRecord(Generic[S]):
             return False
         return self.session.request_stop(budget, deliver=deliver)
 
-    def restart(self, task: asyncio.Task[str | None]) -> None:
+    def restart(self) -> None:
         """An ended child runs a follow-up task: a new pending state and a new ending."""
         if isinstance(self._state, Pending):
             raise RuntimeError(f"child {self.session.session_id} is running")
-        self._state = Pending(task)
+        self._state = PENDING
         self.ended_at = None
         self.waited = False
         self.finished = asyncio.get_running_loop().create_future()

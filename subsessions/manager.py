@@ -18,6 +18,7 @@ from typing import Any
 from subsessions import composition, waits
 from subsessions.budget import Budget
 from subsessions.children import (
+    PENDING,
     Cancelled,
     ChildInfo,
     ChildRecord,
@@ -25,10 +26,8 @@ from subsessions.children import (
     Done,
     Ending,
     Failed,
-    Pending,
     RunResult,
     WaitResult,
-    ending_of,
 )
 from subsessions.config import SessionConfig, as_child_config, filter_tools
 from subsessions.errors import (
@@ -38,6 +37,7 @@ from subsessions.errors import (
     UnknownSession,
 )
 from subsessions.kit import Kit
+from subsessions.loop import run_child
 from subsessions.member import Member
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts import records
@@ -103,18 +103,18 @@ class SubsessionManager:
             if not parent.is_child:  # a top-level rollout starts with its first task or child
                 parent.write_meta()
             child = parent.new_child(kit, call_id, budget)
-            task = runtime.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
+            record = Record(child, PENDING)
+            runtime.spawn_task(run_child(child, prompt, partial(self._settle, record)),
+                               f"subsession-{child.session_id}")
             place.commit()
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
         # naming a child that has no rollout.
         parent.recorder.before_flush(child.hand_over_head)
-        record = Record(child, Pending(task))
         self._children[child.session_id] = record
         parent.recorder.event(records.background(
             f"spawned child session {child.session_id} with model {child.model}"
         ))
-        task.add_done_callback(partial(self._on_task_done, record))
         runtime.dispatcher.child_started(parent, child, call_id)
         return child.session_id
 
@@ -145,16 +145,8 @@ class SubsessionManager:
                    parent.child_tool_context(), parent.tree, parent.depth + 1)
 
     # -- endings ----------------------------------------------------------------------------
-    def _on_task_done(self, record: Record, task: asyncio.Task[str | None]) -> None:
-        settle = partial(self._settle, record, task)
-        try:
-            record.session.recorder.flush_then(settle)  # settled once the ending is on disk
-        except RuntimeError:  # writer already closed: nothing more can reach the disk
-            settle(None)
-
-    def _settle(self, record: Record, task: asyncio.Task[str | None],
-                unwritten: Exception | None) -> None:
-        outcome = ending_of(task, unwritten)
+    def _settle(self, record: Record, outcome: Ending) -> None:
+        """A child's ending is on disk (called from its own task's `finally`)."""
         record.settle(outcome)
         parent = self._session
         parent.tree.child_ended()
@@ -325,10 +317,10 @@ class SubsessionManager:
         child = record.session
         with parent.tree.reserve_follow_up() as place:
             child.prepare_follow_up()
-            task = runtime.spawn_task(child.run_task(message), f"subsession-{child.session_id}")
+            runtime.spawn_task(run_child(child, message, partial(self._settle, record)),
+                               f"subsession-{child.session_id}")
             place.commit()
-        record.restart(task)
+        record.restart()
         if record in self._unnoticed:  # its earlier ending needs no notice any more
             self._unnoticed.remove(record)
-        task.add_done_callback(partial(self._on_task_done, record))
         runtime.dispatcher.child_started(parent, child, child.call_id or "")

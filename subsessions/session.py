@@ -383,9 +383,14 @@ class Session:
         """Run one task to TaskComplete and return the last assistant message."""
         return await self.runtime.run_owned(self.run_task(prompt), self.session_id)
 
+    def child_task(self, prompt: str) -> Awaitable[str | None]:
+        """A child's task, claimed as its own task runs its first line (`run_child` awaits
+        it): its backend's coroutine, without a frame of the session's."""
+        return (self.runtime.backend or task.IN_PROCESS).run_task(self, prompt, self._claim())
+
     async def run_task(self, prompt: str, first: bool | None = None) -> str | None:
-        """One task, claimed here unless the caller claimed it (`first` known): one frame
-        per running child, not two."""
+        """One task of a top-level session (or a shard's child), claimed here unless the
+        caller claimed it (`first` known: a woken task)."""
         if first is None:
             if not isinstance(prompt, str) or not prompt.strip():
                 raise InvalidArguments("send_and_wait", "prompt must be a non-empty string")

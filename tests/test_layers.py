@@ -111,7 +111,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "tools.patch_commit",
         "tools.sandbox", "tools.seccomp", "tools.shell"),
     3: ("dispatch", "runtime"),
-    4: ("composition", "manager", "member"),
+    4: ("composition", "loop", "manager", "member"),
     5: ("handlers.subsessions", "router", "task"),
     6: ("resume", "session"),
     7: ("engine", "ray", "ray.backend", "ray.channel", "ray.host", "ray.ledger", "ray.placement",
