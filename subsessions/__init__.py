@@ -1,141 +1,33 @@
-"""subsessions: spawn, drive, wait for and cancel LLM sub-sessions from profile presets."""
+"""subsessions: spawn, drive, wait for and cancel LLM sub-sessions from profile presets.
 
-from subsessions._version import __version__
-from subsessions.budget import Budget
-from subsessions.children import (
-    Cancelled,
-    ChildInfo,
-    ChildState,
-    ChildStatus,
-    Done,
-    Failed,
-    Pending,
-    RunResult,
-    RunStep,
-    WaitResult,
-)
-from subsessions.config import Hooks, Invocation, SessionConfig, Tool
-from subsessions.engine import Engine
-from subsessions.environment import EnvPolicy
-from subsessions.errors import (
-    BudgetExhausted,
-    ChildCancelled,
-    ChildFailed,
-    ChildLimitReached,
-    ChildNotFinished,
-    ChildTimeout,
-    ConfigError,
-    DepthLimitReached,
-    EngineClosed,
-    InvalidArguments,
-    InvalidHistory,
-    MalformedStream,
-    MaxTurnsExceeded,
-    McpToolError,
-    MissingApiKey,
-    ModelError,
-    ModelUnavailable,
-    PermissionDenied,
-    ProfileError,
-    RemoteError,
-    RolloutError,
-    SessionBusy,
-    SubsessionError,
-    ToolNotSupported,
-    UnknownSession,
-    UnknownSessionType,
-    UnsafeHome,
-    WorkerLost,
-)
-from subsessions.events import EventStream, SessionEvent
-from subsessions.manager import SubsessionManager
-from subsessions.models import ModelClient, ModelRequest, ModelResponse, ScriptedModel, TokenUsage
-from subsessions.profiles import LoadedProfile, Profile, load_profiles
-from subsessions.ray import RayBackend
-from subsessions.session import Session
-from subsessions.tools import ToolContext
-from subsessions.tools.errors import (
-    ApprovalDenied,
-    CommandNotFound,
-    EscalationNotAllowed,
-    FileToolError,
-    PatchConflict,
-    PatchSyntaxError,
-    SandboxUnavailable,
-    ToolError,
-    WriteNotAllowed,
-)
-from subsessions.usage import Usage
+The public names (`__all__`) live in `subsessions._exports` and are imported on first use, so
+a command that needs none of them yet pays nothing for them: `subsessions mcp` answers its
+host's handshake before the engine, the model client or Ray are imported.
+"""
 
-__all__ = [
-    "ApprovalDenied",
-    "Budget",
-    "BudgetExhausted",
-    "Cancelled",
-    "ChildCancelled",
-    "ChildFailed",
-    "ChildInfo",
-    "ChildLimitReached",
-    "ChildNotFinished",
-    "ChildState",
-    "ChildStatus",
-    "ChildTimeout",
-    "CommandNotFound",
-    "ConfigError",
-    "DepthLimitReached",
-    "Done",
-    "Engine",
-    "EngineClosed",
-    "EnvPolicy",
-    "EscalationNotAllowed",
-    "EventStream",
-    "Failed",
-    "FileToolError",
-    "Hooks",
-    "InvalidArguments",
-    "InvalidHistory",
-    "Invocation",
-    "LoadedProfile",
-    "MalformedStream",
-    "MaxTurnsExceeded",
-    "McpToolError",
-    "MissingApiKey",
-    "ModelClient",
-    "ModelError",
-    "ModelRequest",
-    "ModelResponse",
-    "ModelUnavailable",
-    "PatchConflict",
-    "PatchSyntaxError",
-    "Pending",
-    "PermissionDenied",
-    "Profile",
-    "ProfileError",
-    "RayBackend",
-    "RemoteError",
-    "RolloutError",
-    "RunResult",
-    "RunStep",
-    "SandboxUnavailable",
-    "ScriptedModel",
-    "Session",
-    "SessionBusy",
-    "SessionConfig",
-    "SessionEvent",
-    "SubsessionError",
-    "SubsessionManager",
-    "TokenUsage",
-    "Tool",
-    "ToolContext",
-    "ToolError",
-    "ToolNotSupported",
-    "UnknownSession",
-    "UnknownSessionType",
-    "UnsafeHome",
-    "Usage",
-    "WaitResult",
-    "WorkerLost",
-    "WriteNotAllowed",
-    "__version__",
-    "load_profiles",
-]
+import importlib
+from importlib.util import find_spec
+from typing import TYPE_CHECKING, Any
+
+from subsessions._version import __version__ as __version__
+
+if TYPE_CHECKING:
+    from subsessions._exports import *  # noqa: F403
+    from subsessions._exports import __all__ as __all__
+
+
+def __getattr__(name: str) -> Any:
+    # Not for a submodule not imported yet (`from subsessions import task` imports it then,
+    # even from a module `_exports` imports: no cycle), nor for private names.
+    if (name.startswith("_") and name != "__all__") or find_spec(f"{__name__}.{name}"):
+        raise AttributeError(f"module 'subsessions' has no attribute {name!r}")
+    exports = importlib.import_module("subsessions._exports")
+    if name != "__all__" and name not in exports.__all__:
+        raise AttributeError(f"module 'subsessions' has no attribute {name!r}")
+    value = getattr(exports, name)
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *importlib.import_module("subsessions._exports").__all__})

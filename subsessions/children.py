@@ -21,7 +21,7 @@ from subsessions.errors import (
 )
 from subsessions.usage import Usage
 
-MAX_WAIT_SECONDS = 3600.0
+MAX_TIMEOUT_MS = 3_600_000  # every wait is clamped to an hour (DESIGN 3.1): see checked_seconds
 LAST_MESSAGE_CHARS = 500  # what list_sessions shows of a child's last message
 
 
@@ -82,16 +82,6 @@ STATUS_OF = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: Child
 STATUS_WORDS = {ChildStatus.PENDING: "running", ChildStatus.CANCELLING: "running",
                 ChildStatus.DONE: "completed", ChildStatus.FAILED: "failed",
                 ChildStatus.CANCELLED: "cancelled"}
-
-
-@frozen
-class Figures:
-    """What a child's task ran up in another process (a shard), as its parent shows it:
-    `apply` takes them in one place."""
-
-    usage: Usage  # its own tokens, tool calls and turns
-    answered_by: str | None  # the fallback that answered last, when one did
-    spent: tuple[int, int] | None = None  # its meter (turns, tokens), descendants' included
 
 
 def ending_of(task: asyncio.Task[Any], unwritten: Exception | None = None) -> Ending:
@@ -339,9 +329,10 @@ class WaitResult:
 
 
 def checked_seconds(target: str, timeout: float | None) -> float | None:
-    """A caller's timeout in seconds, checked and clamped to an hour (None: no limit)."""
+    """A caller's timeout in seconds, checked and clamped to an hour (None: no limit): the
+    one clamp every wait goes through, the tools' `timeout_ms` included."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout:
         raise InvalidArguments(target, "timeout must be a number of seconds or None")
-    return min(timeout, MAX_WAIT_SECONDS)
+    return min(timeout, MAX_TIMEOUT_MS / 1000)

@@ -1,4 +1,9 @@
-"""The `subsessions` command line. User mistakes print one line on stderr and exit 1."""
+"""The `subsessions` command line. User mistakes print one line on stderr and exit 1.
+
+Each command imports what it runs when it runs: `subsessions mcp` must answer its host's
+`initialize` before the engine, the model client or Ray are imported (`subsessions.mcp.front`),
+so this module imports none of them, and builds only the `mcp` parser for an `mcp` command.
+"""
 
 from __future__ import annotations
 
@@ -12,19 +17,15 @@ import tempfile
 import threading
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TextIO, TypeVar
 
 from subsessions._version import __version__
-from subsessions.config import SessionConfig
-from subsessions.demo import run_demo
-from subsessions.engine import Engine, default_home
 from subsessions.errors import ConfigError, SubsessionError, UnknownSessionType
-from subsessions.models.factory import build_model_client
-from subsessions.profiles import load_profiles
-from subsessions.ray.backend import backend_from
-from subsessions.rollouts.cli import add_rollout_commands, run_rollouts
-from subsessions.serve.server import add_serve_command, run_serve_command
-from subsessions.settings import Settings, load_settings, with_overrides
+from subsessions.mcp.server import idle_timeout_option
+from subsessions.settings import Settings, default_home, load_settings, with_overrides
+
+if TYPE_CHECKING:
+    from subsessions.config import SessionConfig
 
 T = TypeVar("T")
 
@@ -36,7 +37,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _command(argv: Sequence[str]) -> str | None:
+    """The command word of `argv` (the first word that is not `--home` or its value)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--home":
+            next(words, None)
+        elif not word.startswith("--home="):
+            return word
+    return None
+
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; for `mcp`, with that command's parser only (the others
+    import the engine to describe themselves)."""
     home_help = "state directory (default: $SUBSESSIONS_HOME, else ~/.subsessions)"
     common = _Parser(add_help=False)
     # SUPPRESS: a --home given before the command is not overwritten by the command's default
@@ -68,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     work_options.add_argument("--network", action="store_true",
                               help="allow network access under workspace-write")
+    work_options.add_argument("--instructions", metavar="TEXT",
+                              help="the session's own instructions, instead of the base text "
+                              "on the sub-session tools (resume: instead of the stored ones)")
     parser = _Parser(
         prog="subsessions",
         description="Spawn, drive, wait for, cancel and inspect LLM sub-sessions.",
@@ -75,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--home", type=Path, default=None, help=home_help)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    if command == "mcp":
+        _add_mcp_command(commands, common, model_options)
+        return parser
     commands.add_parser(
         "demo", parents=[common],
         help="offline demo: a scripted parent fans out, waits, cancels, prints the tree",
@@ -99,18 +119,10 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("id")
     resume.add_argument("prompt")
 
-    mcp = commands.add_parser(
-        "mcp", parents=[common, model_options],
-        help="serve the sub-session tools to an MCP host (stdio, or --http)",
-        description="An MCP server offering create_session, wait_session, wait_sessions, "
-        "cancel_session and list_sessions; each client connection is one top-level session.",
-    )
-    mcp.add_argument("--http", metavar="HOST:PORT",
-                     help="serve streamable HTTP instead of stdio (loopback by default)")
-    mcp.add_argument("--session-idle-timeout", type=float, metavar="SECONDS",
-                     help="HTTP: close a client's session, cancelling its running "
-                     "sub-sessions, after this long with no request and no open stream "
-                     "(default 120)")
+    _add_mcp_command(commands, common, model_options)
+    from subsessions.rollouts.cli import add_rollout_commands
+    from subsessions.serve.server import add_serve_command
+    from subsessions.watch.command import add_watch_command
 
     add_serve_command(commands, [common, model_options])
 
@@ -121,11 +133,30 @@ def _parser() -> argparse.ArgumentParser:
     show_profile.add_argument("name")
 
     add_rollout_commands(commands, common)
+    add_watch_command(commands, common)
     return parser
 
 
+def _add_mcp_command(commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+                     common: argparse.ArgumentParser,
+                     model_options: argparse.ArgumentParser) -> None:
+    mcp = commands.add_parser(
+        "mcp", parents=[common, model_options],
+        help="serve the sub-session tools to an MCP host (stdio, or --http)",
+        description="An MCP server offering create_session, wait_session, wait_sessions, "
+        "cancel_session and list_sessions; each client connection is one top-level session.",
+    )
+    mcp.add_argument("--http", metavar="HOST:PORT",
+                     help="serve streamable HTTP instead of stdio (loopback by default)")
+    mcp.add_argument("--session-idle-timeout", type=idle_timeout_option, metavar="SECONDS",
+                     help="HTTP: close a client's session, cancelling its running "
+                     "sub-sessions, after this long with no request and no open stream "
+                     "(default 120, at most 2592000: 30 days)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(_command(argv)).parse_args(argv)
     try:
         code = _run(args, sys.stdout)
         sys.stdout.flush()  # a reader that went away shows here, not at exit
@@ -154,6 +185,8 @@ def _reader_gone() -> int:
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "demo":
+        from subsessions.demo import run_demo
+
         if args.home is not None:
             return asyncio.run(run_demo(args.home, out))
         with tempfile.TemporaryDirectory(prefix="subsessions-demo-") as scratch:
@@ -168,9 +201,17 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
         return run_mcp_command(args, home, settings_from_args(args, home))
     if args.command == "serve":
+        from subsessions.serve.server import run_serve_command
+
         return run_serve_command(args, home, settings_from_args(args, home))
     if args.command == "profiles":
         return _profiles(args, home, out)
+    if args.command == "watch":
+        from subsessions.watch.command import run_watch
+
+        return run_watch(args, home, out)
+    from subsessions.rollouts.cli import run_rollouts
+
     return run_rollouts(args, home, out)
 
 
@@ -190,6 +231,9 @@ def settings_from_args(args: argparse.Namespace, home: Path) -> Settings:
 def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
     if not args.prompt.strip():
         raise SubsessionError("PROMPT is empty: say what the session should do")
+    from subsessions.config import SessionConfig
+    from subsessions.instructions import with_base_instructions
+
     settings = settings_from_args(args, home)
     resume = args.id if args.command == "resume" else None
     config = SessionConfig(
@@ -197,7 +241,10 @@ def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
         env_policy=settings.env_policy,
         cwd=os.getcwd(), sandbox=args.sandbox, approval=args.approval,
         network_access=args.network, permission_handler=_ask_on_terminal,
+        instructions=args.instructions,
     )
+    if resume is None:  # a resumed session keeps the instructions it was started with
+        config = with_base_instructions(config)
     answer, terminated = asyncio.run(_until_sigterm(
         _run_session(home, settings, config, args.prompt, getattr(args, "profile", None), resume)
     ))
@@ -278,6 +325,10 @@ async def _run_session(
     home: Path, settings: Settings, config: SessionConfig, prompt: str, profile: str | None,
     resume: str | None,
 ) -> str | None:
+    from subsessions.engine import Engine
+    from subsessions.models.factory import build_model_client
+    from subsessions.ray.backend import backend_from
+
     client = build_model_client(settings)
     try:
         async with Engine(home, model_client=client, model=settings.model,
@@ -296,6 +347,8 @@ async def _run_session(
 
 
 def _profiles(args: argparse.Namespace, home: Path, out: TextIO) -> int:
+    from subsessions.profiles import load_profiles
+
     loaded = load_profiles(home, os.getcwd())
     if args.action == "list":
         for name, entry in loaded.items():

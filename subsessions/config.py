@@ -10,7 +10,7 @@ from attrs import evolve, field, frozen
 
 from subsessions.budget import Budget
 from subsessions.environment import EnvPolicy
-from subsessions.profiles import Profile
+from subsessions.profiles import Profile, check_tool_choice
 
 
 @frozen
@@ -146,8 +146,12 @@ class SessionConfig:
     max_processes: int = field(default=1024, validator=_at_least_one("max_processes"))
     # [mcp_servers.NAME]-shaped tables: their tools join `tools` as mcp__{server}__{tool}
     mcp_servers: Mapping[str, Any] = field(factory=dict)
+    # auto | required | none | a tool's name: what each task's model calls may do until a
+    # tool has been called, then auto (the OpenAI Agents SDK's reset_tool_choice)
+    tool_choice: str = "auto"
 
     def __attrs_post_init__(self) -> None:
+        check_tool_choice(self.tool_choice)
         names = [t.name for t in self.tools]
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique: {names}")
@@ -178,7 +182,8 @@ def derive_config(
 
     Top-level (no `model`): `base` with the profile's instructions, persona and memory
     appended, its model unless `base` names one, its allowlist and turn limit. For a child
-    (`model` is its parent's): a new config with the profile's instructions and model,
+    (`model` is its parent's): a new config with the profile's developer instructions alone
+    (its persona and memory never reach a child's model, DESIGN 3.4) and model,
     `base`'s host tools plus `builtins` (built anew for the child) under the allowlist,
     the parent's cwd and limits.
     """
@@ -192,6 +197,7 @@ def derive_config(
             tools=filter_tools(base.tools, profile.tools),
             max_turns=profile.max_turns,
             budget=base.budget or profile.budget,
+            tool_choice=base.tool_choice if base.tool_choice != "auto" else profile.tool_choice,
         )
     custom = [t for t in base.tools if t.name not in BUILTIN_TOOL_NAMES]
     return SessionConfig(
@@ -204,6 +210,7 @@ def derive_config(
         max_turns=profile.max_turns,
         notify_on_child_end=base.notify_on_child_end,
         budget=profile.budget,
+        tool_choice=profile.tool_choice,
     )
 
 

@@ -35,15 +35,11 @@ from subsessions.profiles import (
 from subsessions.rollouts.files import find_rollout, secure_home
 from subsessions.runtime import Backend, Runtime
 from subsessions.session import Session
+from subsessions.settings import default_home
 
 # The top-level sessions open in any engine of this process, so none is resumed twice.
 OPEN_IN_THIS_PROCESS: set[str] = set()
 HOOK_SECONDS = 5.0  # how long close waits for the hosts' on_session_end hooks
-
-
-def default_home() -> Path:
-    configured = os.environ.get("SUBSESSIONS_HOME")
-    return Path(configured) if configured else Path.home() / ".subsessions"
 
 
 class Engine:

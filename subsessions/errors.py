@@ -72,6 +72,16 @@ class ChildTimeout(SubsessionError, TimeoutError):
         super().__init__(f"session {session_id} did not complete within {timeout_ms}ms")
 
 
+class StillRunning(SubsessionError, TimeoutError):
+    """`send_and_wait(timeout=...)` stopped waiting; the task goes on."""
+
+    def __init__(self, session_id: str, timeout: float) -> None:
+        self.session_id = session_id
+        self.timeout = timeout
+        super().__init__(f"session {session_id} is still running after {timeout:g}s; "
+                         "its task goes on")
+
+
 class ChildFailed(SubsessionError):
     def __init__(self, session_id: str, error: str) -> None:
         self.session_id = session_id

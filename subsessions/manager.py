@@ -135,7 +135,8 @@ class SubsessionManager:
             )
         kit = self._kits.get(profile)
         if kit is None:
-            chosen = resolve_profile(profile, self.profiles()).child_view()
+            chosen = resolve_profile(profile, self.profiles())
+            # persona and memory stay out in derive_config
             kit = self._kits[profile] = self._new_kit(chosen, parent.child_config(chosen))
         return kit
 
@@ -170,8 +171,7 @@ class SubsessionManager:
             parent, child, record.ending_data
         )
         child.release()  # its ending is on disk: what the API reports stays, the history goes
-        if parent.config.wake_on_child_end and not parent.is_child:
-            parent.wake()  # an idle top-level parent runs on the notice
+        parent.wake()  # whether to is Session.wake's to decide (wake_on_child_end, idle)
 
     # -- queries ----------------------------------------------------------------------------
     def _lookup(self, session_id: str) -> Record:

@@ -78,10 +78,11 @@ def _usage(rollout: Rollout, damaged: list[str]) -> TokenUsage:
     total = info.get("total_token_usage") if isinstance(info, dict) else None
     keys = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_output_tokens")
     numbers = tuple(total.get(k, 0) for k in keys) if isinstance(total, dict) else (None,)
-    if not all(type(n) is int and n >= 0 for n in numbers):
+    if not isinstance(total, dict) or not all(type(n) is int and n >= 0 for n in numbers):
         damaged.append(f"the token counts of {rollout.session_id} (counted as 0)")
         return TokenUsage()
-    return TokenUsage(*numbers)
+    in_, out, cached, reasoning = numbers
+    return TokenUsage(in_, out, cached, reasoning, estimated=total.get("estimated") is True)
 
 
 def _ending(rollout: Rollout) -> Ending:

@@ -18,7 +18,7 @@ from attrs import define, field
 
 from subsessions import collector
 from subsessions.dispatch import Dispatcher
-from subsessions.errors import EngineClosed
+from subsessions.errors import EngineClosed, StillRunning
 from subsessions.models.base import ModelClient
 from subsessions.profiles import LoadedProfile
 from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
@@ -107,23 +107,25 @@ class Runtime:
             collector.pacer.follow(self._pace_token, len(tasks))
         return task
 
-    async def run_owned(self, coro: Coroutine[Any, Any, T], session_id: str = "") -> T:
+    async def run_owned(self, coro: Coroutine[Any, Any, T], session_id: str = "",
+                        timeout: float | None = None) -> T:
         """Run `coro` in an owned task; cancelling the caller cancels it, and closing the
-        engine (or destroying the session) raises `EngineClosed` in the caller."""
+        engine (or destroying the session) raises `EngineClosed` in the caller. After
+        `timeout` seconds the caller stops waiting (`StillRunning`); the task goes on."""
         task = self.spawn_task(coro, "subsessions-task")
         self._top_tasks[task] = session_id
         task.add_done_callback(self._forget_top_task)
         try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                task.cancel()
-                await asyncio.wait((task,))
-                raise
-            if self.closed or not self.registered(session_id):
-                raise EngineClosed() from None
+            await asyncio.wait((task,), timeout=timeout)
+        except asyncio.CancelledError:  # the caller's own cancellation: the task's too
+            task.cancel()
+            await asyncio.wait((task,))
             raise
+        if not task.done():
+            raise StillRunning(session_id, timeout or 0.0)
+        if task.cancelled() and (self.closed or not self.registered(session_id)):
+            raise EngineClosed()
+        return task.result()  # CancelledError when the task was aborted
 
     def _forget_top_task(self, task: asyncio.Task[Any]) -> None:
         self._top_tasks.pop(task, None)

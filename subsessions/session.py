@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from attrs import frozen
+
 from subsessions import task
 from subsessions.budget import Budget
-from subsessions.children import CANCEL, Figures, Stop
+from subsessions.children import CANCEL, Stop
 from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
 from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventHub, EventStream
@@ -37,6 +40,18 @@ from subsessions.tree import SessionTree
 from subsessions.usage import Usage
 
 log = logging.getLogger("subsessions")
+
+
+@frozen
+class Figures:
+    """What a child's task ran up in another process (a shard), as its parent shows it:
+    `Session.apply` takes them in one place."""
+
+    token_usage: TokenUsage
+    turns: int
+    tool_calls: int
+    answered_by: str | None  # the fallback that answered last, when one did
+    spent: tuple[int, int] | None = None  # its meter (turns, tokens), descendants' included
 
 
 class Phase(enum.Enum):
@@ -228,6 +243,7 @@ class Session:
             output_tokens=self.token_usage.output_tokens,
             tool_calls=self.tool_calls,
             turns=self.turns,
+            estimated=self.token_usage.estimated,
         )
         if not include_children:
             return own
@@ -238,10 +254,9 @@ class Session:
     def apply(self, figures: Figures) -> None:
         """Its figures from the process its task runs in (a shard): usage, the answering
         model, and what its meter has counted."""
-        usage = figures.usage
-        self.token_usage = TokenUsage(usage.input_tokens, usage.output_tokens)
-        self.turns = usage.turns
-        self.tool_calls = usage.tool_calls
+        self.token_usage = figures.token_usage
+        self.turns = figures.turns
+        self.tool_calls = figures.tool_calls
         self.answered_by = figures.answered_by
         if figures.spent is not None:
             self.meter.turns, self.meter.tokens = figures.spent
@@ -379,9 +394,19 @@ class Session:
         return True
 
     # -- the task loop ----------------------------------------------------------------------
-    async def send_and_wait(self, prompt: str) -> str | None:
-        """Run one task to TaskComplete and return the last assistant message."""
-        return await self.runtime.run_owned(self.run_task(prompt), self.session_id)
+    async def send_and_wait(self, prompt: str, timeout: float | None = None) -> str | None:
+        """Run one task to TaskComplete and return the last assistant message.
+
+        With `timeout` (seconds), stop waiting after it with `StillRunning` (a
+        `TimeoutError`): the task goes on, as with the Copilot SDKs' `send_and_wait(timeout=)`;
+        its end is the `session.idle` event, its answer is in the events and the rollout.
+        """
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, int | float)
+                                    or not 0 < timeout < math.inf):
+            raise InvalidArguments("send_and_wait", "timeout must be a positive number of "
+                                   "seconds, or None")
+        return await self.runtime.run_owned(self.run_task(prompt), self.session_id, timeout)
 
     def child_task(self, prompt: str) -> Awaitable[str | None]:
         """A child's task, claimed as its own task runs its first line (`run_child` awaits

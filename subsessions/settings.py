@@ -55,6 +55,8 @@ class RaySettings:
 class Settings:
     model: str = "gpt-5.1"
     model_provider: str = "openai"
+    # each model call's output cap (Chat's max_tokens, Responses' max_output_tokens); None: none
+    model_max_output_tokens: int | None = None
     providers: Mapping[str, Provider] = BUILTIN_PROVIDERS
     max_depth: int = 2
     max_children: int = 8
@@ -68,7 +70,7 @@ class Settings:
         return self.providers[self.model_provider]
 
 
-_TOP_KEYS = {"model": str, "model_provider": str}
+_TOP_KEYS = {"model": str, "model_provider": str, "model_max_output_tokens": int}
 _PROVIDER_KEYS: dict[str, type] = {
     "name": str, "base_url": str, "env_key": str, "wire_api": str,
     "request_max_retries": int, "stream_idle_timeout_ms": int,
@@ -84,6 +86,12 @@ def _check(source: str, key: str, value: Any, wanted: type) -> Any:
     if isinstance(value, int) and value < 0:
         raise ConfigError(source, key, "must not be negative")
     return value
+
+
+def default_home() -> Path:
+    """`$SUBSESSIONS_HOME`, else `~/.subsessions`."""
+    configured = os.environ.get("SUBSESSIONS_HOME")
+    return Path(configured) if configured else Path.home() / ".subsessions"
 
 
 def load_settings(home: Path) -> Settings:
@@ -111,6 +119,8 @@ def settings_from_mapping(data: Mapping[str, Any], source: str) -> Settings:
     for key, value in data.items():
         if key in _TOP_KEYS:
             values[key] = _check(source, key, value, _TOP_KEYS[key])
+            if key == "model_max_output_tokens" and value < 1:
+                raise ConfigError(source, key, "must be at least 1")
         elif key not in _TABLES:
             raise ConfigError(source, key, "unknown key")
         elif not isinstance(value, dict):

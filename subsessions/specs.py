@@ -9,12 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from subsessions.budget import KINDS
-from subsessions.children import MAX_WAIT_SECONDS
 from subsessions.config import SUBSESSION_TOOL_NAMES
 from subsessions.profiles import Profile
 
 NAMES = SUBSESSION_TOOL_NAMES
-MAX_TIMEOUT_MS = round(MAX_WAIT_SECONDS * 1000)
 
 _SESSION_ID = {"type": "string", "description": "The id returned by create_session."}
 

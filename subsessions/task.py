@@ -253,6 +253,7 @@ async def _turns(host: TaskHost) -> str | None:
     # The head of the task goes to the writer before the first model call, so the file
     # exists while the session works; later lines follow with the runtime's periodic flush.
     recorder.flush()
+    tool_choice = host.config.tool_choice  # until a tool is called, then auto (so it can end)
     for _ in range(host.max_turns):
         family = host.spawned
         if family is not None and family.has_notices:
@@ -266,6 +267,7 @@ async def _turns(host: TaskHost) -> str | None:
             items=tuple(host.history),
             tools=host.kit.specs(),
             fallback_models=host.kit.fallback_models,
+            tool_choice=tool_choice,
         )
         host.turns += 1
         response: ModelResponse = await host.tree.respond(host, client, request)
@@ -297,6 +299,7 @@ async def _turns(host: TaskHost) -> str | None:
             if host.inbox:  # a message came while it answered: one more turn reads it
                 continue
             return answer
+        tool_choice = "auto"
         if len(calls) == 1:
             outputs = [await call_tool(host, calls[0])]
         else:

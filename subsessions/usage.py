@@ -13,6 +13,7 @@ class Usage:
     output_tokens: int = 0
     tool_calls: int = 0
     turns: int = 0
+    estimated: bool = False  # some tokens were counted here: the server reported none
 
     @property
     def total_tokens(self) -> int:
@@ -20,9 +21,12 @@ class Usage:
 
     def as_dict(self) -> dict[str, int]:
         """The shape `list_sessions` and `subagent.usage` report."""
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "total_tokens": self.total_tokens, "turns": self.turns,
-                "tool_calls": self.tool_calls}
+        shown = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                 "total_tokens": self.total_tokens, "turns": self.turns,
+                 "tool_calls": self.tool_calls}
+        if self.estimated:
+            shown["estimated"] = True
+        return shown
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -30,6 +34,7 @@ class Usage:
             output_tokens=self.output_tokens + other.output_tokens,
             tool_calls=self.tool_calls + other.tool_calls,
             turns=self.turns + other.turns,
+            estimated=self.estimated or other.estimated,
         )
 
     @staticmethod

@@ -10,19 +10,15 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from subsessions.children import (
-    MAX_WAIT_SECONDS,
-    ChildRecord,
-    WaitResult,
-    checked_seconds,
-)
+from subsessions.children import ChildRecord, WaitResult, checked_seconds
 from subsessions.errors import ChildNotFinished, ChildTimeout, InvalidArguments
 
 Lookup = Callable[[str], ChildRecord[Any]]
 
 
 async def wait_child(lookup: Lookup, session_id: str, timeout: float | None) -> str | None:
-    """The child's last assistant message. `None` waits forever, `<= 0` does not wait."""
+    """The child's last assistant message. `None` waits forever, `<= 0` does not wait; a
+    timeout names the clamped wait in whole milliseconds."""
     record = lookup(session_id)
     if timeout is None:  # `gather(wait_child(...))` over thousands: no wait set
         finished = record.finished
@@ -41,8 +37,7 @@ async def wait_child(lookup: Lookup, session_id: str, timeout: float | None) -> 
 
 async def wait_child_ms(lookup: Lookup, session_id: str, timeout_ms: int | None) -> str | None:
     """`wait_child` in milliseconds, as the `wait_session` tool takes it."""
-    seconds = None if timeout_ms is None else min(timeout_ms / 1000, MAX_WAIT_SECONDS)
-    return await _wait_one(lookup(session_id), session_id, seconds, timeout_ms or 0)
+    return await wait_child(lookup, session_id, None if timeout_ms is None else timeout_ms / 1000)
 
 
 async def _wait_one(record: ChildRecord[Any], session_id: str, seconds: float | None,

@@ -50,10 +50,36 @@ def ray_cluster() -> Iterator[Any]:
         cluster.shutdown()
 
 
+# -- time bounds (pytest-timeout; 60 s each unless a test is marked) -----------------------
+# A fixture shared by a module or the whole run is paid for by the first test that uses it,
+# inside that test's bound: starting the Ray cluster (a head and two nodes, about 20 s on a
+# loaded two-core machine), or installing a judge with npm on a cold cache (its own
+# `subprocess.run(timeout=600)`). Tests that may pay for one get a bound that covers it.
+RAY_SECONDS = 240
+NPM_SECONDS = 720
+NPM_FIXTURES = frozenset({"codex", "inspector", "ts_sdk"})
+
+
+def _bound(item: pytest.Item) -> int | None:
+    names = set(getattr(item, "fixturenames", ()))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if names & NPM_FIXTURES:
+        return NPM_SECONDS
+    if "ray_cluster" in names or params.get("backend") == "ray":
+        return RAY_SECONDS
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test marked `in_process` runs on the in-process backend only: what it looks at is
     not there on Ray (a remote child's own sessions live on its shard), or it would only
-    repeat another test's Ray run (the Ray part of the suite must stay short)."""
+    repeat another test's Ray run (the Ray part of the suite must stay short).
+    Tests that may pay for a shared Ray cluster or an npm install get a longer bound
+    (unless marked with one of their own)."""
+    for item in items:
+        seconds = _bound(item)
+        if seconds is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(seconds))
     dropped = [item for item in items if item.get_closest_marker("in_process") is not None
                and getattr(item, "callspec", None) is not None
                and item.callspec.params.get("backend") == "ray"]
@@ -74,3 +100,29 @@ def backend(request: pytest.FixtureRequest) -> Any:
     from subsessions import RayBackend
 
     return RayBackend(shards=2, model_on_driver=True, actor_options=SHARD_OPTIONS)
+
+
+# -- a real model: llama.cpp's server with SmolLM2 (tests/realmodel_support.py) ----------------
+def _llama_server(*extra: str) -> Iterator[Any]:
+    from realmodel_support import LlamaServer, skip_reason
+
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    server = LlamaServer(*extra)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Iterator[Any]:
+    """Plain chat, the model's own chat template from its GGUF."""
+    yield from _llama_server()
+
+
+@pytest.fixture(scope="session")
+def llama_tools_server() -> Iterator[Any]:
+    """The `chatml-function-calling` format: tool calls the grammar keeps well formed."""
+    yield from _llama_server("--chat_format", "chatml-function-calling")

@@ -119,7 +119,8 @@ class Reply:
     reasoning: str | None = None
     reasoning_pieces: int = 1
     calls: tuple[Call, ...] = ()
-    usage: Usage = DEFAULT_USAGE
+    usage: Usage | None = DEFAULT_USAGE
+    """None: no usage at all, as llama.cpp's server streams (no usage chunk even when asked)."""
     status: int = 200
     error: Json | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -134,6 +135,10 @@ class Reply:
         self, input_tokens: int, output_tokens: int, *, reasoning: int = 0, cached: int = 0
     ) -> Reply:
         return replace(self, usage=Usage(input_tokens, output_tokens, reasoning, cached))
+
+    def without_usage(self) -> Reply:
+        """Report no usage: no usage chunk (Chat), `usage: null` (Responses)."""
+        return replace(self, usage=None)
 
     def drop_after(self, events: int) -> Reply:
         """Close the connection after ``events`` SSE events, without ending the body."""
@@ -436,7 +441,9 @@ def _responses_frames(reply: Reply, req: Recorded, n: int) -> list[bytes]:
 # --- Chat Completions wire format -------------------------------------------------------
 
 
-def _chat_usage(u: Usage) -> Json:
+def _chat_usage(u: Usage | None) -> Json | None:
+    if u is None:
+        return None
     return {
         "prompt_tokens": u.input_tokens,
         "completion_tokens": u.output_tokens,
@@ -525,7 +532,7 @@ def _chat_frames(reply: Reply, req: Recorded, n: int, reasoning_field: str) -> l
         chunk([{"index": 0, "delta": d, "logprobs": None, "finish_reason": None}]) for d in deltas
     ]
     frames.append(chunk([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]))
-    if with_usage:
+    if with_usage and reply.usage is not None:
         frames.append(chunk([], _chat_usage(reply.usage)))
     frames.append(b"data: [DONE]\n\n")
     return frames

@@ -15,6 +15,7 @@ import orjson
 from fake_openai import FakeOpenAI, Recorded, Reply, text
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp_types import CallToolResult, TextContent
+from openai_support import cli_env
 
 from subsessions.rollouts import find_rollout, read_rollout
 from subsessions.testing import plain_ending
@@ -90,8 +91,10 @@ async def http_server(
 
 
 def server_params(home: Path, fake: FakeOpenAI, cwd: Path) -> StdioServerParameters:
+    """The server as the CLI tests run it: this checkout importable whether or not it is
+    installed (the SDK's default environment would drop PYTHONPATH)."""
     return StdioServerParameters(command=sys.executable, args=server_args(home, fake),
-                                 cwd=str(cwd))
+                                 cwd=str(cwd), env=cli_env())
 
 
 @asynccontextmanager

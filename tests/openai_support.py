@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from fake_openai import Recorded
+from fake_openai import Recorded, Reply
 
 REPO = Path(__file__).resolve().parents[1]
 UNSET = "SUBSESSIONS_TEST_UNSET_KEY"
@@ -81,3 +81,17 @@ def rollouts(home: Path) -> dict[str, list[dict[str, Any]]]:
         assert records[0]["type"] == "session_meta", path
         found[records[0]["payload"]["id"]] = records
     return found
+
+
+class Held:
+    """A FakeOpenAI script whose every answer is `reply`, sent once `gate` is set;
+    `arrived` is set by the first request."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+        self.gate, self.arrived = asyncio.Event(), asyncio.Event()
+
+    async def __call__(self, request: Recorded) -> Reply:
+        self.arrived.set()
+        await self.gate.wait()
+        return self.reply

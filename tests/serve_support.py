@@ -30,10 +30,14 @@ def serve_args(home: Path, fake: FakeOpenAI, *extra: str) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def python_client(
-    home: Path, fake: FakeOpenAI, cwd: Path, *extra: str, tcp: bool = False
+    home: Path, fake: FakeOpenAI, cwd: Path, *extra: str, tcp: bool = False,
+    cap_ms: int | None = None,
 ) -> AsyncIterator[Any]:
-    """A started CopilotClient that launched our runtime (stdio, or TCP on a free port)."""
+    """A started CopilotClient that launched our runtime (stdio, or TCP on a free port);
+    with `cap_ms`, every wait in it is clamped to that instead of an hour (capped_wait.py)."""
     args = serve_args(home, fake, *extra)
+    if cap_ms is not None:
+        args = [str(Path(__file__).with_name("capped_wait.py")), str(cap_ms), *args[2:]]
     connection = (copilot.RuntimeConnection.for_tcp(path=sys.executable, args=args) if tcp
                   else copilot.RuntimeConnection.for_stdio(path=sys.executable, args=args))
     client = copilot.CopilotClient(connection=connection, working_directory=str(cwd),

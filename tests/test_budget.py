@@ -38,6 +38,7 @@ from subsessions import (
     Tool,
 )
 from subsessions.budget import parse_budget
+from subsessions.config import derive_config
 from subsessions.profiles import parse_profile
 
 NOOP = Tool("noop", "Does nothing.", handler=lambda arguments, invocation: "ok")
@@ -107,7 +108,7 @@ def test_a_profile_carries_a_budget_table() -> None:
     profile = parse_profile('name = "capped"\n[budget]\nmax_tokens = 500\nmax_seconds = 30\n',
                             "capped.toml")
     assert profile.budget == Budget(max_tokens=500, max_seconds=30.0)
-    assert profile.child_view().budget == profile.budget
+    assert derive_config(SessionConfig(), profile, model="m").budget == profile.budget
     with pytest.raises(Exception, match=r"capped.toml.*budget.max_turns must be positive"):
         parse_profile('name = "capped"\n[budget]\nmax_turns = -1\n', "capped.toml")
     with pytest.raises(Exception, match=r"budget must be a table"):
@@ -402,7 +403,6 @@ def in_order_of_ending(root: Any, ids: dict[str, float]) -> list[str]:
 
 
 def test_a_profile_run_top_level_gives_its_budget_to_the_tree() -> None:
-    from subsessions.config import derive_config
 
     capped = Profile(name="capped", budget=Budget(max_turns=3))
     assert derive_config(SessionConfig(), capped).budget == Budget(max_turns=3)

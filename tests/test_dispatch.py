@@ -36,6 +36,7 @@ from subsessions import (
     Session,
     SessionConfig,
     Tool,
+    ToolNotSupported,
     UnknownSession,
 )
 from subsessions.dispatch import SubagentInstance
@@ -55,7 +56,6 @@ HELPER = Profile(name="helper", developer_instructions="HELPER", tools=["save_re
 
 # Why some tests run in process only (tests/conftest.py `in_process`):
 GRAND = "it looks at a grandchild's Session, which lives on its parent's shard on Ray"
-SAME = "the router's own check, the same code on a shard (test_ray covers its dispatch)"
 TOP = "no child: nothing runs on a shard"
 
 
@@ -371,7 +371,31 @@ async def test_empty_allowlist_offers_nothing_and_refuses_every_tool(
     assert parent.subsessions.tree() == [session_of(parent, cid)]  # nothing was spawned
 
 
-@pytest.mark.in_process(SAME)
+async def test_the_dispatcher_refuses_a_tool_off_the_list_even_when_the_child_holds_it(
+    engine: Engine, model: Model, handlers: Handlers
+) -> None:
+    """The host-side gate itself (DESIGN 3.6). A child's router holds only what its allowlist
+    admits, so the tool is handed to the dispatcher here, as any path that held it would."""
+    alpha, beta = handlers.tool("alpha"), handlers.tool("beta")
+    picky = Profile(name="picky", tools=["alpha"])
+    parent = await root(engine, alpha, beta, custom_agents=(picky,))
+    release = model.hold("work")
+    cid = await parent.subsessions.spawn_child("picky", "work")
+    await model.reached("work")
+    child, dispatcher = session_of(parent, cid), engine.dispatcher
+    with pytest.raises(ToolNotSupported) as caught:
+        await dispatcher.call_tool(child, beta, "beta", {"text": "x"}, "call_beta")
+    assert str(caught.value) == not_supported("beta")
+    assert handlers.calls == []  # refused before any handler or hook
+    assert await dispatcher.call_tool(child, alpha, "alpha", {"text": "x"}, "call_a") == (
+        "alpha ran")
+    assert await dispatcher.call_tool(parent, beta, "beta", {"text": "x"}, "call_b") == (
+        "beta ran")  # a top-level session has no allowlist
+    assert handlers.names() == ["alpha", "beta"]
+    release.set()
+    assert await parent.subsessions.wait_child(cid) == "released"
+
+
 @pytest.mark.parametrize("allowlist", [None, ["alpha"], []], ids=["none", "list", "empty"])
 async def test_the_empty_tool_name_is_not_supported(
     engine: Engine, model: Model, handlers: Handlers, allowlist: list[str] | None
@@ -399,7 +423,6 @@ async def test_the_empty_tool_name_is_not_supported_for_a_top_level_session(
     assert handlers.calls == []
 
 
-@pytest.mark.in_process(SAME)
 @pytest.mark.parametrize("allowlist", [None, ["alpha", "nowhere"]], ids=["none", "list"])
 async def test_a_tool_nobody_registered_is_not_supported(
     engine: Engine, model: Model, handlers: Handlers, allowlist: list[str] | None

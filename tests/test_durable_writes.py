@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +21,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from subsessions.errors import RolloutError
-from subsessions.rollouts.files import rollout_entries
+from subsessions.errors import RolloutError, UnknownSession
+from subsessions.rollouts import recorder as recorder_module
+from subsessions.rollouts.files import find_rollout, rollout_entries, temporary_name
 from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
 
 SPAWNER = textwrap.dedent("""
@@ -208,3 +210,104 @@ async def test_a_full_disk_then_room_again_leaves_only_whole_lines(tmp_path: Pat
             await writer.aclose()
         kinds = [r["payload"].get("type") for r in records(path)]
     assert kinds == [None, "after"]
+
+
+def heads(home: Path) -> dict[str, bytes]:
+    """The first line of every rollout file on disk (b"" for an empty file)."""
+    firsts = {}
+    for session_id, path in rollout_entries(home):
+        with open(path, "rb") as file:
+            firsts[session_id] = file.readline()
+    return firsts
+
+
+def test_every_rollout_on_disk_starts_with_its_session_meta_whenever_the_kill(
+    tmp_path: Path,
+) -> None:
+    """Killed at 12 points of a spawning storm (the writer creating files as fast as it can),
+    no file is ever empty or begins with anything but its own whole `session_meta`."""
+    bad: list[str] = []
+    for ready in (30, 60, 100, 150, 220, 300, 400, 550, 700, 900, 1200, 1600):
+        home = tmp_path / f"home-{ready}"
+        spawned_then_killed(home, ready)
+        for session_id, first in heads(home).items():
+            try:
+                meta = orjson.loads(first)
+            except orjson.JSONDecodeError:
+                bad.append(f"killed after {ready}: {session_id} starts {first[:60]!r}")
+                continue
+            if meta["type"] != "session_meta" or meta["payload"]["id"] != session_id:
+                bad.append(f"killed after {ready}: {session_id} starts with {meta['type']}")
+    assert not bad, "\n".join(bad)
+
+
+# -- new files appear whole -----------------------------------------------------------------
+
+@pytest.mark.parametrize("anonymous", [True, False], ids=["O_TMPFILE", "named temporary"])
+async def test_a_new_rollout_appears_with_its_first_chunk_and_leaves_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, anonymous: bool
+) -> None:
+    """Both ways of creating a file (the second is for file systems without O_TMPFILE, such
+    as NFS): the folder holds the rollout only, 0600, its head first, later chunks after."""
+    monkeypatch.setattr(recorder_module, "TMPFILE", recorder_module.TMPFILE and anonymous)
+    folder = tmp_path / "sessions" / "2026" / "11" / "25"
+    path = str(folder / f"rollout-2026-11-25T10-00-00-{uuid.uuid4()}.jsonl")
+    writer = RolloutWriter()
+    try:
+        recorder = RolloutRecorder(writer, path)
+        recorder.record("session_meta", {"id": "new"})
+        await recorder.flush_durable()
+        recorder.event({"type": "later"})
+        await recorder.flush_durable()
+    finally:
+        await writer.aclose()
+    assert os.listdir(folder) == [os.path.basename(path)]
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert [r["type"] for r in records(path)] == ["session_meta", "event_msg"]
+
+
+async def test_a_head_the_full_disk_refused_still_comes_first_once_there_is_room(
+    tmp_path: Path,
+) -> None:
+    with tiny_tmpfs(tmp_path / "disk", "64k") as disk:
+        path = str(disk / f"rollout-{uuid.uuid4()}.jsonl")
+        writer = RolloutWriter()
+        try:
+            filler = fill(disk)
+            recorder = RolloutRecorder(writer, path)
+            recorder.record("session_meta", {"id": "late", "text": "m" * 8000})
+            with pytest.raises(RolloutError, match="No space left on device"):
+                await recorder.flush_durable()
+            assert os.listdir(disk) == ["filler"]  # no file rather than one without its head
+            filler.unlink()
+            recorder.event({"type": "after"})
+            await recorder.flush_durable()
+        finally:
+            await writer.aclose()
+        assert [r["type"] for r in records(path)] == ["session_meta", "event_msg"]
+        assert os.listdir(disk) == [os.path.basename(path)]
+
+
+def test_a_killed_writers_temporary_file_is_never_listed_and_is_removed_once_stale(
+    tmp_path: Path,
+) -> None:
+    """What a writer killed between creating a temporary file and linking it leaves behind
+    (on a file system without O_TMPFILE): no lister or `find` sees it; an old one is
+    removed; a young one may be another host's write in flight, and is left alone."""
+    home = tmp_path / "home"
+    folder = home / "sessions" / "2026" / "11" / "25"
+    folder.mkdir(parents=True)
+    kept_id, stale_id, young_id = (str(uuid.uuid4()) for _ in range(3))
+    kept = folder / f"rollout-2026-11-25T10-00-00-{kept_id}.jsonl"
+    kept.write_bytes(orjson.dumps({"type": "session_meta", "payload": {"id": kept_id}}) + b"\n")
+    stale = Path(temporary_name(str(folder / f"rollout-2026-11-25T10-00-01-{stale_id}.jsonl")))
+    young = Path(temporary_name(str(folder / f"rollout-2026-11-25T10-00-02-{young_id}.jsonl")))
+    for leftover in (stale, young):
+        leftover.write_bytes(b'{"timestamp":"2026-11-25T10:00:01.000Z","type":"session_meta"')
+    hours_ago = time.time() - 2 * 3600
+    os.utime(stale, (hours_ago, hours_ago))
+    assert rollout_entries(home) == [(kept_id, str(kept))]
+    assert not stale.exists() and young.exists()
+    for other in (stale_id, young_id):
+        with pytest.raises(UnknownSession):
+            find_rollout(home, other)

@@ -99,7 +99,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
     0: ("_version", "budget", "clock", "collector", "errors", "handlers", "ids", "items", "mcp",
         "rollouts.status", "rollouts.values", "safe_read", "tools.process",
         "tools.safe_commands", "urls", "usage"),
-    1: ("children", "config", "environment", "events", "handlers.ask_user", "ledger", "meter",
+    1: ("children", "config", "environment", "events", "handlers.ask_user", "instructions",
+        "ledger", "meter",
         "profiles", "settings", "specs", "tools.schema", "tree", "waits"),
     2: ("kit", "mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
         "models.factory", "models.openai_chat", "models.openai_common", "models.openai_errors",
@@ -116,10 +117,13 @@ LAYERS: dict[int, tuple[str, ...]] = {
     6: ("resume", "session"),
     7: ("engine", "ray", "ray.backend", "ray.channel", "ray.host", "ray.ledger", "ray.placement",
         "ray.shard", "ray.wire"),
-    8: ("", "__main__", "cli", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.server",
+    8: ("", "__main__", "_exports", "access", "cli", "demo", "demo_work", "mcp.connection",
+        "mcp.app", "mcp.front", "mcp.server",
         "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
         "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",
-        "serve.peer", "serve.served", "serve.server", "serve.wire", "testing"),
+        "serve.history", "serve.peer", "serve.served", "serve.server", "serve.wire", "testing",
+        "watch", "watch.app", "watch.cells", "watch.command", "watch.follower", "watch.forest",
+        "watch.stats", "watch.table"),
 }
 
 

@@ -26,6 +26,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_support import Children, create, ending, eventually_ends, http_server, ok
 from openai_support import cli_env
 
+from subsessions.mcp.server import MAX_SESSION_IDLE_TIMEOUT
+
 __all__ = ["fake_openai"]
 
 IDLE = "1"  # --session-idle-timeout, seconds
@@ -128,14 +130,24 @@ async def test_a_connected_client_keeps_its_children_past_the_idle_timeout(
             "session_id": child, "timeout_ms": 10_000})) == {"result": "answer to patient"}
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "soon"])
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "soon", "1e306",
+                                   str(MAX_SESSION_IDLE_TIMEOUT + 1)])
 async def test_a_bad_idle_timeout_is_one_line(
     home: Path, fake_openai: FakeOpenAI, value: str
 ) -> None:
+    """Refused while parsing the command line (exit 2), before anything is served: 1e306
+    seconds used to be taken, and then every task failed after its child had started."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "subsessions", "mcp", "--home", str(home), "--base-url",
         fake_openai.base_url, "--http", "127.0.0.1:0", f"--session-idle-timeout={value}",
         env=cli_env(), stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-    _, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode != 0
-    assert err.decode().count("\n") == 1 and "--session-idle-timeout" in err.decode(), err
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:  # it took the value and is serving
+            proc.kill()
+            await proc.wait()
+    [line] = err.decode().splitlines()
+    assert proc.returncode == 2, line
+    assert line.startswith("subsessions mcp: argument --session-idle-timeout: "), line
+    assert "at most 2592000 seconds" in line or "not a number" in line, line

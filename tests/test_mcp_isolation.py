@@ -105,11 +105,13 @@ async def test_a_connection_reaches_only_its_own_sessions(
         for session_id in alices:
             text = await read_error(bob, f"rollout://{session_id}")
             assert text == f"unknown session {session_id}"
-        # prefixes confirm nothing and name no session, however many they would match
-        for prefix in ("0", theirs[:8], theirs[:20], theirs[:-1], mine[:8]):
+        # prefixes and paths confirm nothing and name no session, however many they would
+        # match, even Bob's own (the wires' one rule: full canonical ids only)
+        for prefix in ("0", theirs[:8], theirs[:20], theirs[:-1], mine[:8], f"../{mine}",
+                       f"sessions/{mine}"):
             text = await read_error(bob, f"rollout://{prefix}")
             assert text == f"unknown session {prefix}", text
-            assert not UUID.findall(text)
+            assert UUID.findall(text) == UUID.findall(prefix)  # none but what was sent
 
         # Alice's child ran on untouched, and she still reads it
         [entry] = ok(await alice.call_tool("list_sessions", {}))["sessions"]

@@ -23,7 +23,7 @@ from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, fake_openai
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_support import create, ending, eventually_ends, server_args
-from openai_support import REPO, tool_outputs
+from openai_support import REPO, cli_env, tool_outputs
 
 from subsessions.rollouts import find_rollout, read_rollout
 from subsessions.rollouts.summary import spawn_of
@@ -89,7 +89,7 @@ async def test_sigterm_stops_tool_processes_and_exits_143(
     command = " ".join(shlex.quote(a) for a in (sys.executable, *server_args(home, fake_openai)))
     params = StdioServerParameters(
         command="sh", args=["-c", f'{command}; echo $? > {shlex.quote(str(code_file))}'],
-        cwd=str(tmp_path))
+        cwd=str(tmp_path), env=cli_env())
     async with (
         stdio_client(params, errlog=errlog) as (read, write),
         ClientSession(read, write) as session,

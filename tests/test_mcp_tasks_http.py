@@ -31,6 +31,8 @@ from mcp_tasks_support import (
 )
 from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY, CallToolResult
 
+from subsessions.mcp.server import MAX_SESSION_IDLE_TIMEOUT
+
 __all__ = ["fake_openai"]
 
 MODERN = "2026-07-28"
@@ -105,6 +107,21 @@ async def test_a_task_nobody_asks_about_past_the_idle_timeout_is_cancelled(
         async with tasks_client(url) as client:
             with pytest.raises(MCPError, match=f"unknown task {handle.task_id}"):
                 await get(client, handle.task_id)
+
+
+async def test_the_longest_idle_timeout_is_a_lease_tasks_can_be_given(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, children: Children
+) -> None:
+    gate = children.gate("lasting")
+    longest = f"{MAX_SESSION_IDLE_TIMEOUT:.0f}"
+    async with (http_server(home, fake_openai, tmp_path, "--session-idle-timeout", longest) as (
+            url, _proc), tasks_client(url) as client):
+        handle = await start(client, "lasting")
+        assert handle.status == "working" and handle.ttl_ms is not None
+        assert 0 <= handle.ttl_ms - MAX_SESSION_IDLE_TIMEOUT * 1000 < 60_000
+        gate.set()
+        done = await settled(client, handle.task_id)
+        assert result_text(CallToolResult.model_validate(done.result)) == "answer to lasting"
 
 
 async def test_a_client_that_keeps_asking_keeps_its_task(

@@ -175,9 +175,8 @@ async def test_a_model_missing_on_a_real_endpoint_is_still_a_fallback(
     with pytest.raises(ModelError) as failed:
         await respond(fake_openai.base_url, api)
 
-    assert str(failed.value) == (
-        "no model available: fake returned HTTP 404: The model `m` does not exist"
-    )
+    assert str(failed.value) == (f"no model available: fake at {fake_openai.base_url} "
+                                 "returned HTTP 404: The model `m` does not exist")
 
 
 async def test_ollamas_model_not_found_without_a_code_is_still_a_fallback(

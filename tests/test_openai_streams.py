@@ -169,7 +169,9 @@ async def test_chat_answer_without_the_usage_it_was_asked_for_ends_after_a_grace
         await fake_openai.wait_for_disconnects(1)
 
     assert len(fake_openai.requests) == 1
-    assert token_counts(home) == [{"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}]
+    [counted] = token_counts(home)  # none reported: estimated (4 characters a token)
+    assert counted["estimated"] is True and counted["output_tokens"] == len("All done.") // 4 + 1
+    assert counted["input_tokens"] > 0
 
 
 async def test_responses_completed_then_held_open_is_taken_at_once(

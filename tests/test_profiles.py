@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from subsessions.config import SessionConfig, derive_config
 from subsessions.errors import ProfileError
 from subsessions.profiles import Profile, load_profiles, parse_profile
 
@@ -161,31 +162,17 @@ def test_undecodable_file_is_a_profile_error(home: Path) -> None:
     assert str(caught.value).startswith(str(folder / "bin.toml"))
 
 
-def test_child_view_drops_persona_and_memory() -> None:
-    profile = Profile(
-        name="p",
-        description="d",
-        developer_instructions="i",
-        model="m",
-        fallback_models=("f",),
-        tools=("shell",),
-        max_turns=3,
-        persona="secret persona",
-        memory="secret memory",
-    )
-    view = profile.child_view()
-    assert view.persona is None
-    assert view.memory is None
-    assert view == Profile(
-        name="p",
-        description="d",
-        developer_instructions="i",
-        model="m",
-        fallback_models=("f",),
-        tools=("shell",),
-        max_turns=3,
-    )
-    assert profile.persona == "secret persona"  # the original is untouched
+def test_persona_and_memory_reach_a_top_level_config_and_never_a_childs() -> None:
+    """`derive_config` is the one place this is decided (DESIGN 3.4)."""
+    profile = Profile(name="p", developer_instructions="i", tools=("shell",), max_turns=3,
+                      persona="secret persona", memory="secret memory")
+    top = derive_config(SessionConfig(instructions="base"), profile)
+    assert top.instructions == "base\n\ni\n\nsecret persona\n\nsecret memory"
+    child = derive_config(SessionConfig(instructions="the parent's"), profile, model="m")
+    assert child.instructions == "i"
+    assert "secret" not in repr(child)
+    assert (child.model, child.max_turns) == ("m", 3)
+    assert profile.persona == "secret persona"  # the profile itself is untouched
 
 
 def test_profile_defaults_match_the_design() -> None:

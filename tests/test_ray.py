@@ -454,17 +454,24 @@ async def test_run_with_ray_auto_runs_the_child_on_a_shard_of_the_running_cluste
     assert child[0]["payload"]["session_type"] == "worker"
 
 
-def _shard_processes() -> set[int]:
-    """The pids of this machine's shard actors (Ray names an actor's worker process
-    `ray::Shard...`)."""
+def _shard_processes(cluster: Any) -> set[int]:
+    """The pids of `cluster`'s shard actors: processes Ray names `ray::Shard...` whose parent
+    is one of its raylets. Shards of other clusters on this machine (other test runs) are
+    not ours to kill."""
+    raylets = {str(info.process.pid) for node in cluster.list_all_nodes()
+               for info in node.all_processes.get("raylet", ())}
     found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if (entry / "cmdline").read_bytes().startswith(b"ray::Shard"):
-                    found.add(int(entry.name))
+                if not (entry / "cmdline").read_bytes().startswith(b"ray::Shard"):
+                    continue
+                status = (entry / "status").read_text().splitlines()
             except OSError:
                 continue
+            parent = next((line.split()[1] for line in status if line.startswith("PPid:")), "")
+            if parent in raylets:
+                found.add(int(entry.name))
     return found
 
 
@@ -478,11 +485,11 @@ async def test_run_with_ray_prints_only_its_answer_when_its_shard_dies_mid_run(
 
     from fake_openai import text
 
-    before = _shard_processes()
+    before = _shard_processes(ray_cluster)
     killed: list[int] = []
 
     def worker(request: Any) -> Any:
-        for pid in _shard_processes() - before:  # the run's shards (one per node)
+        for pid in _shard_processes(ray_cluster) - before:  # the run's shards (one per node)
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
         return text("never heard")

@@ -7,83 +7,26 @@ import asyncio
 import json
 import os
 import signal
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from fake_openai import FakeOpenAI, call, calls, fake_openai, text
 from openai_support import cli_env, rollouts, tool_outputs
-from serve_support import CHECKER, serve_args
+from serve_raw import TIMEOUT, Runtimes, dial, end_of, runtimes
+from serve_support import CHECKER
 
 from subsessions.serve.framing import FramingError, frame, read_frame
 
-__all__ = ["fake_openai"]
-TIMEOUT = 20.0
-
-
-class Raw:
-    """A host written by hand: frames in, frames out, notifications kept apart."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: Any) -> None:
-        self.reader, self.writer = reader, writer
-        self.events: list[dict[str, Any]] = []
-        self._ids = iter(range(1, 10_000))
-
-    def send(self, body: bytes) -> None:
-        self.writer.write(frame(body))
-
-    async def recv(self) -> dict[str, Any]:
-        body = await asyncio.wait_for(read_frame(self.reader), TIMEOUT)
-        assert body is not None, "the runtime closed the stream"
-        return dict(orjson.loads(body))
-
-    async def answer(self, request_id: Any) -> dict[str, Any]:
-        while True:
-            message = await self.recv()
-            if message.get("method") == "session.event":
-                self.events.append(message["params"]["event"])
-            elif "method" not in message and message.get("id") == request_id:
-                return message
-
-    async def call(self, method: str, params: Any = None) -> dict[str, Any]:
-        request_id = next(self._ids)
-        self.send(orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method,
-                                "params": params if params is not None else {}}))
-        return await self.answer(request_id)
-
-    async def event(self, kind: str) -> dict[str, Any]:
-        while not any(e["type"] == kind for e in self.events):
-            message = await self.recv()
-            if message.get("method") == "session.event":
-                self.events.append(message["params"]["event"])
-        return next(e for e in self.events if e["type"] == kind)
-
-
-async def _stdio(home: Path, fake: FakeOpenAI, cwd: Path) -> tuple[Any, Raw]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, *serve_args(home, fake, "--headless", "--no-auto-update",
-                                    "--log-level", "info", "--no-auto-login", "--stdio"),
-        cwd=cwd, env=cli_env(), stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    assert proc.stdout is not None
-    return proc, Raw(proc.stdout, proc.stdin)
-
-
-async def _end(proc: Any) -> tuple[int, str]:
-    if proc.stdin is not None and not proc.stdin.is_closing():
-        proc.stdin.close()
-    _, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    return proc.returncode, err.decode()
+__all__ = ["fake_openai", "runtimes"]
 
 
 async def test_bad_requests_get_json_rpc_errors_and_the_server_goes_on(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
     fake_openai.reply_with(text("still here"))
-    proc, host = await _stdio(home, fake_openai, tmp_path)
+    proc, host = await runtimes.stdio(home, fake_openai, tmp_path)
     host.send(b"{not json")
     assert (await host.answer(None))["error"]["code"] == -32700
     host.send(b"[1, 2]")
@@ -125,18 +68,18 @@ async def test_bad_requests_get_json_rpc_errors_and_the_server_goes_on(
     ping = await host.call("ping", {"message": "x"})
     assert ping["result"]["message"] == "pong: x" and ping["result"]["protocolVersion"] == 3
     assert (await host.call("connect", {}))["result"]["protocolVersion"] == 3
-    code, err = await _end(proc)
+    code, err = await end_of(proc)
     assert code == 0, err
     assert rollouts(home)[sid][-1]["payload"]["type"] == "task_complete"
 
 
 async def test_a_broken_frame_ends_the_connection_with_a_clear_line(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
-    proc, host = await _stdio(home, fake_openai, tmp_path)
+    proc, host = await runtimes.stdio(home, fake_openai, tmp_path)
     assert "result" in await host.call("ping", {})
     host.writer.write(b"Content-Length: lots\r\n\r\n{}")
-    code, err = await _end(proc)
+    code, err = await end_of(proc)
     assert code == 0
     assert "malformed frame: Content-Length is not a number: 'lots'" in err
 
@@ -152,10 +95,10 @@ def _stall_the_child(request: Any) -> Any:
 
 
 async def test_runtime_shutdown_cancels_the_running_tree_and_exits(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
     fake_openai.script = _stall_the_child
-    proc, host = await _stdio(home, fake_openai, tmp_path)
+    proc, host = await runtimes.stdio(home, fake_openai, tmp_path)
     sid = str(uuid.uuid4())
     await host.call("session.create", {"sessionId": sid, "customAgents": [
         {"name": "checker", "prompt": CHECKER, "tools": []}]})
@@ -165,7 +108,7 @@ async def test_runtime_shutdown_cancels_the_running_tree_and_exits(
     assert started["data"]["agentName"] == "checker"
     assert (await host.call("runtime.shutdown"))["result"] == {}
     await asyncio.wait_for(proc.wait(), TIMEOUT)  # it exits by itself, stdin still open
-    code, err = await _end(proc)
+    code, err = await end_of(proc)
     assert code == 0, err
     found = rollouts(home)
     assert len(found) == 2
@@ -174,19 +117,11 @@ async def test_runtime_shutdown_cancels_the_running_tree_and_exits(
 
 
 async def test_tcp_on_loopback_checks_the_connection_token(
-    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
 ) -> None:
     env = {**cli_env(), "COPILOT_CONNECTION_TOKEN": "s3cret"}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, *serve_args(home, fake_openai, "--headless", "--port", "0"),
-        cwd=tmp_path, env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)).decode()
-    assert line.startswith("listening on port ")
-    port = int(line.split()[-1])
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    host = Raw(reader, writer)
+    proc, port = await runtimes.tcp(home, fake_openai, tmp_path, env)
+    host = await dial(port)
     early = await host.call("session.create", {"sessionId": str(uuid.uuid4())})
     assert early["error"]["message"] == "call connect with the connection token first"
     assert "error" in await host.call("connect", {"token": "guess"})
@@ -195,10 +130,9 @@ async def test_tcp_on_loopback_checks_the_connection_token(
     assert (await host.call("session.create", {"sessionId": sid}))["result"]["sessionId"] == sid
     listed = await host.call("session.list")
     assert [s["sessionId"] for s in listed["result"]["sessions"]] == [sid]
-    writer.close()
-    await writer.wait_closed()
+    await host.close()
     os.kill(proc.pid, signal.SIGTERM)
-    code, _ = await _end(proc)
+    code, _ = await end_of(proc)
     assert code == 128 + signal.SIGTERM
 
 

@@ -413,8 +413,9 @@ async def test_a_configured_provider_answers(
     monkeypatch.delenv(UNSET, raising=False)
     write_config(
         home,
-        f'model = "local-model"\nmodel_provider = "fake"\n[model_providers.fake]\n'
-        f'base_url = "{fake_openai.base_url}"\nwire_api = "{wire_api}"\nenv_key = "{UNSET}"\n',
+        f'model = "local-model"\nmodel_provider = "fake"\nmodel_max_output_tokens = 7\n'
+        f'[model_providers.fake]\nbase_url = "{fake_openai.base_url}"\n'
+        f'wire_api = "{wire_api}"\nenv_key = "{UNSET}"\n',
     )
     fake_openai.reply_with(text("configured"))
     settings = load_settings(home)
@@ -433,6 +434,8 @@ async def test_a_configured_provider_answers(
     assert request.api == wire_api
     assert request.body["model"] == "local-model"
     assert request.headers["authorization"].startswith("Bearer ")
+    # each call's output cap, under the name each wire API reads
+    assert request.body["max_output_tokens" if wire_api == "responses" else "max_tokens"] == 7
 
 
 

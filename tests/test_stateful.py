@@ -429,6 +429,7 @@ def test_manager_state_machine() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 1,000 examples: about a minute alone, several under load
 def test_manager_state_machine_at_length() -> None:
     """`pytest -m slow tests/test_stateful.py` (CI runs it): 1,000 examples."""
     run_machine(1000)

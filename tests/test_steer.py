@@ -38,6 +38,7 @@ from subsessions import (
     Engine,
     InvalidArguments,
     ModelRequest,
+    Session,
     SessionConfig,
     Tool,
     UnknownSession,
@@ -370,6 +371,14 @@ async def test_an_idle_parent_is_woken_by_its_childs_ending(home: Path, watch: W
         assert await root.send_and_wait("next") == "answer to next"  # idle again
 
 
+def child_ended(session: Session) -> asyncio.Event:
+    """Set once a child of `session` has ended; a test waiting on it resumes after the
+    ending is settled and whether to wake the parent has been decided."""
+    ended = asyncio.Event()
+    session.on(lambda e: ended.set() if e.type == "subagent.completed" else None)
+    return ended
+
+
 async def test_a_busy_parent_reads_the_notice_in_its_own_task_instead(
     home: Path, script: Script
 ) -> None:
@@ -377,13 +386,14 @@ async def test_a_busy_parent_reads_the_notice_in_its_own_task_instead(
         return [create("worker", "quick")]
 
     async def after(outs: Any) -> Any:
-        await asyncio.sleep(0.05)  # the child ends meanwhile: its notice comes next turn
+        await ended.wait()  # the child ends meanwhile: its notice comes next turn
         return [call("noop")]
 
     script.play(PARENT_PROMPT, [parent, after])
     async with Engine(home, model_client=script.model) as engine:
         root = await engine.create_session(SessionConfig(custom_agents=(WORKER,), tools=(NOOP,),
                                                          wake_on_child_end=True))
+        ended = child_ended(root)
         assert await root.send_and_wait(PARENT_PROMPT) == "parent done"
         last = script.seen[PARENT_PROMPT][-1]
         assert any("<subsession_notification>" in str(i) for i in last.items)
@@ -391,12 +401,17 @@ async def test_a_busy_parent_reads_the_notice_in_its_own_task_instead(
 
 
 async def test_without_wake_an_idle_parent_stays_idle(home: Path, script: Script) -> None:
+    """Nobody waits for the child, so its notice is queued: a parent without
+    `wake_on_child_end` keeps it for its next task instead of starting one."""
     async with Engine(home, model_client=script.model) as engine:
         root = await engine.create_session(CONFIG)
-        cid = await root.subsessions.spawn_child("worker", "x")
-        await root.subsessions.wait_child(cid)
-        await asyncio.sleep(0.05)
-        assert list(script.seen) == ["x"]
+        ended = child_ended(root)
+        await root.subsessions.spawn_child("worker", "x")
+        await ended.wait()  # the ending is settled, and whether to wake decided
+        assert await root.send_and_wait("next") == "answer to next"
+        assert list(script.seen) == ["x", "next"]  # no task on the notice alone
+        [request] = script.seen["next"]
+        assert any("<subsession_notification>" in str(i) for i in request.items)
 
 
 async def test_a_destroyed_or_closing_parent_is_not_woken(home: Path, script: Script) -> None:

@@ -13,7 +13,7 @@ from subsessions.composition import Spawner
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
 from subsessions.manager import SubsessionManager
 from subsessions.profiles import Profile
-from subsessions.specs import MAX_TIMEOUT_MS, SCHEMAS, create_schema, run_schema
+from subsessions.specs import SCHEMAS, create_schema, run_schema
 from subsessions.tools.schema import check_arguments, parse_arguments
 
 
@@ -50,7 +50,7 @@ async def call_parsed(
         return _dump({"delivered": await manager.send_message(session_id,
                                                               arguments["message"])})
     if name == "wait_session":
-        timeout_ms = min(int(arguments["timeout_ms"]), MAX_TIMEOUT_MS)
+        timeout_ms = int(arguments["timeout_ms"])  # clamped where every wait is (waits.py)
         return _dump({"result": await manager.wait_child_ms(session_id, timeout_ms)})
     cancelled = await manager.cancel_child(session_id)
     if cancelled:
@@ -86,7 +86,8 @@ def list_sessions(manager: SubsessionManager) -> dict[str, Any]:
 
 
 def _timeout_seconds(arguments: dict[str, Any]) -> float:
-    return min(int(arguments["timeout_ms"]), MAX_TIMEOUT_MS) / 1000
+    """`timeout_ms` in seconds; the hour's clamp is applied where every wait is."""
+    return int(arguments["timeout_ms"]) / 1000
 
 
 async def _wait_sessions(manager: SubsessionManager, arguments: dict[str, Any]) -> str:

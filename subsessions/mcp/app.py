@@ -39,6 +39,7 @@ from subsessions.errors import SubsessionError, error_text
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.mcp import run, runs
 from subsessions.mcp.connection import ClientConnection, own_session
+from subsessions.mcp.front import INSTRUCTIONS, NAME
 from subsessions.mcp.progress import progress_line as progress_line  # re-exported
 from subsessions.mcp.progress import report_progress, wants_progress
 from subsessions.mcp.task_listen import TaskListener
@@ -65,16 +66,6 @@ LIST_DESCRIPTION = ("The sub-sessions started on this connection, oldest first: 
                     "transcript.")
 RESOURCE_NOT_FOUND = -32002
 SCHEME = "rollout://"
-INSTRUCTIONS = (
-    "Delegate work to sub-sessions: create_session starts one from a profile and returns its "
-    "id at once; run_session runs one to its end and run_sessions several (each call a task, "
-    "for clients that negotiate MCP Tasks); wait_session / wait_sessions collect answers "
-    "(with progress notifications when asked for); cancel_session stops one; list_sessions "
-    "shows them all; send_message tells a running one something, or starts an ended one "
-    "again. Each connection is one parent session: disconnecting cancels its running "
-    "sub-sessions. The transcript of each of this connection's sessions is the resource "
-    "rollout://{session_id}."
-)
 _STATE_KEY = "subsessions.client"
 _T = TypeVar("_T")
 
@@ -124,7 +115,7 @@ class SubsessionsMcp:
         self.stateless_tasks = TaskRegistry(lease=idle_timeout if http else None)
         self._settling: set[asyncio.Task[None]] = set()
         self.server: Server[Any] = Server(
-            "subsessions",
+            NAME,
             version=__version__,
             instructions=INSTRUCTIONS,
             lifespan=self._lifespan,
@@ -160,9 +151,13 @@ class SubsessionsMcp:
             if reaper is not None:
                 reaper.cancel()
                 await asyncio.wait((reaper,))
-            await self.stateless_tasks.close()
-            if self._settling:
-                await asyncio.wait(self._settling)
+            await self.drain()
+
+    async def drain(self) -> None:
+        """Serving is over: end the stateless tasks, and wait for what `settle` started."""
+        await self.stateless_tasks.close()
+        if self._settling:
+            await asyncio.wait(self._settling)
 
     async def _reap(self, lease: float) -> None:
         while True:

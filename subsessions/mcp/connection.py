@@ -11,12 +11,13 @@ import asyncio
 import contextlib
 import logging
 
+from subsessions import access
 from subsessions.config import SessionConfig
 from subsessions.engine import Engine
 from subsessions.errors import EngineClosed, UnknownSession
+from subsessions.instructions import with_base_instructions
 from subsessions.mcp.task_store import TaskRegistry
 from subsessions.member import Member
-from subsessions.rollouts.files import check_id
 from subsessions.session import Session
 from subsessions.settings import Settings
 
@@ -47,9 +48,10 @@ class ClientConnection:
             if self._closed:
                 raise EngineClosed()
             if self._session is None:
-                config = SessionConfig(max_depth=self._settings.max_depth,
-                                       max_children=self._settings.max_children,
-                                       env_policy=self._settings.env_policy)
+                config = with_base_instructions(SessionConfig(
+                    max_depth=self._settings.max_depth,
+                    max_children=self._settings.max_children,
+                    env_policy=self._settings.env_policy))
                 session = await self._engine.create_session(config, source="mcp")
                 self._session = session
             return self._session
@@ -70,17 +72,11 @@ class ClientConnection:
             await self._engine.destroy_session(session.session_id)
 
 
-def own_session(client: ClientConnection, session_id: str) -> Member:
-    """The connection's parent session or one of its descendants, by exact id.
-
-    Nothing else in the home is reachable, and an id that is not the connection's own is
-    `unknown session {id}` whether or not it exists: no prefix matching, so no error
-    can name (or confirm) another client's session.
-    """
-    wanted = check_id(session_id)
+def own_session(client: ClientConnection, session_id: object) -> Member:
+    """The connection's parent session or one of its descendants, by its full id; nothing
+    else in the home is reachable (`access`: another client's id is `unknown session`)."""
     parent = client.session_or_none
+    tree: dict[str, Member] = {}
     if parent is not None:
-        for session in (parent, *parent.subsessions.tree()):
-            if session.session_id == wanted:
-                return session
-    raise UnknownSession(session_id)
+        tree = {s.session_id: s for s in (parent, *parent.subsessions.tree())}
+    return tree[access.named(session_id, tree)]

@@ -5,8 +5,10 @@
         [--session-idle-timeout SECONDS]                    # default 120
 
 One `Engine` serves every connection; each connection is one top-level session
-(see `subsessions.mcp.app`). HTTP listens on loopback only unless the operator opts
-in (`SUBSESSIONS_MCP_ALLOW_REMOTE=1`, or `args.allow_remote`): the server has no
+(see `subsessions.mcp.app`). Over stdio the host's `initialize` is answered before the engine
+is built (`subsessions.mcp.front` says why): this module imports neither at its top.
+HTTP listens on loopback only unless the operator opts in (`SUBSESSIONS_MCP_ALLOW_REMOTE=1`,
+or `args.allow_remote`): the server has no
 authentication, and whoever reaches it spends the configured model account and reads
 every rollout in the home.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import math
 import os
 import signal
@@ -33,19 +36,23 @@ import sys
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from subsessions.errors import ConfigError, SubsessionError
-from subsessions.models.factory import build_model_client
-from subsessions.ray.backend import backend_from
-from subsessions.settings import Settings
+from subsessions.errors import ConfigError, SubsessionError, error_text
+from subsessions.settings import Settings, api_key
 from subsessions.urls import is_loopback_host
 
 if TYPE_CHECKING:
+    from mcp.server.lowlevel import Server
+
     from subsessions.mcp.app import SubsessionsMcp
+    from subsessions.mcp.front import Deferred
 
 ALLOW_REMOTE_ENV = "SUBSESSIONS_MCP_ALLOW_REMOTE"
 DEFAULT_SESSION_IDLE_TIMEOUT = 120.0  # seconds; the SDK's own default is 30 minutes
+# 30 days: past any sensible idle time, and far inside what every clock and timer it feeds
+# can hold (a task's `ttlMs` is an integer on the wire; `inf` or 1e306 seconds is not).
+MAX_SESSION_IDLE_TIMEOUT = 30 * 24 * 3600.0
 _SDK_MODULES = {"mcp", "mcp_types", "uvicorn", "starlette", "anyio", "httpx2", "sse_starlette"}
 
 
@@ -73,13 +80,24 @@ def check_http_host(host: str, allow_remote: bool) -> None:
 
 
 def check_idle_timeout(seconds: float | None) -> float:
-    """`--session-idle-timeout`: a positive, finite number of seconds (default 120)."""
+    """`--session-idle-timeout`: seconds, more than 0 and at most 30 days (default 120)."""
     if seconds is None:
         return DEFAULT_SESSION_IDLE_TIMEOUT
-    if not (math.isfinite(seconds) and seconds > 0):
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_SESSION_IDLE_TIMEOUT):
         raise ConfigError("command line", "--session-idle-timeout",
-                          f"must be a positive number of seconds, not {seconds}")
+                          f"must be more than 0 and at most {MAX_SESSION_IDLE_TIMEOUT:.0f} "
+                          f"seconds (30 days), not {seconds:g}")
     return seconds
+
+
+def idle_timeout_option(text: str) -> float:
+    """argparse's `type` for `--session-idle-timeout`: refused at parse time (exit 2)."""
+    try:
+        return check_idle_timeout(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.problem) from None
 
 
 def run_mcp_command(args: argparse.Namespace, home: Path, settings: Settings) -> int:
@@ -92,8 +110,9 @@ def run_mcp_command(args: argparse.Namespace, home: Path, settings: Settings) ->
         allow = bool(getattr(args, "allow_remote", False)) or os.environ.get(
             ALLOW_REMOTE_ENV, "") not in ("", "0")
         check_http_host(http[0], allow)
+    api_key(settings.provider)  # a missing key is told now, not after the handshake
     try:
-        from subsessions.mcp import app as _app  # noqa: F401  (the optional [mcp] extra)
+        from subsessions.mcp import front as _front  # noqa: F401  (the optional [mcp] extra)
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in _SDK_MODULES:
             raise
@@ -110,32 +129,51 @@ def run_mcp_command(args: argparse.Namespace, home: Path, settings: Settings) ->
 async def _main(
     home: Path, settings: Settings, http: tuple[str, int] | None, idle_timeout: float
 ) -> int:
+    from subsessions.mcp.front import Deferred, front_server
+
+    async with contextlib.AsyncExitStack() as stack:
+        if http is not None:
+            app = await _open_app(home, settings, stack, idle_timeout, http=True)
+            signalled = await _serve_http(app, *http, idle_timeout)
+            return 0 if signalled is None else 128 + signalled
+        deferred = Deferred(partial(_open_app, home, settings, stack, idle_timeout, http=False))
+        # An engine that cannot be built: one line now; every request is told why (the host
+        # shows it), and the process ends with 1 when the host closes stdin.
+        deferred.failed.add_done_callback(_tell_failure)
+        signalled = await _serve_stdio(front_server(deferred), deferred)
+        if signalled is None:
+            return 1 if deferred.failed.done() else 0
+        # The SDK reads stdin in a worker thread that only a line or EOF can end, so
+        # after a signal everything that matters is closed here and the process leaves
+        # without waiting for the host to close stdin.
+        await stack.aclose()
+        sys.stderr.flush()
+        os._exit(128 + signalled)
+
+
+def _tell_failure(failed: asyncio.Future[Exception]) -> None:
+    if not failed.cancelled():
+        print(f"subsessions: {error_text(failed.result())}", file=sys.stderr, flush=True)
+
+
+async def _open_app(home: Path, settings: Settings, stack: contextlib.AsyncExitStack,
+                    idle_timeout: float, *, http: bool) -> SubsessionsMcp:
+    """The model client, the engine (Ray's too) and the app; `stack` closes them in the
+    reverse order. Over stdio this runs after the handshake (see `subsessions.mcp.front`);
+    the imports go to a thread, so the loop keeps answering meanwhile."""
+    await asyncio.to_thread(importlib.import_module, "subsessions.mcp.app")
     from subsessions.engine import Engine
     from subsessions.mcp.app import SubsessionsMcp
+    from subsessions.models.factory import build_model_client
+    from subsessions.ray.backend import backend_from
 
     client = build_model_client(settings)
-    try:
-        async with Engine(home, model_client=client, model=settings.model,
-                          model_provider=settings.model_provider,
-                          mcp_servers=settings.mcp_servers, mcp_source=settings.source,
-                          backend=backend_from(settings)) as engine:
-            app = SubsessionsMcp(engine, settings, http=http is not None,
-                                 idle_timeout=idle_timeout)
-            if http is not None:
-                signalled = await _serve_http(app, *http, idle_timeout)
-                return 0 if signalled is None else 128 + signalled
-            signalled = await _serve_stdio(app)
-            if signalled is None:
-                return 0
-            # The SDK reads stdin in a worker thread that only a line or EOF can end, so
-            # after a signal everything that matters is closed here and the process leaves
-            # without waiting for the host to close stdin.
-            await engine.close()
-            await client.aclose()
-            sys.stderr.flush()
-            os._exit(128 + signalled)
-    finally:
-        await client.aclose()
+    stack.push_async_callback(client.aclose)
+    engine = Engine(home, model_client=client, model=settings.model,
+                    model_provider=settings.model_provider, mcp_servers=settings.mcp_servers,
+                    mcp_source=settings.source, backend=backend_from(settings))
+    stack.push_async_callback(engine.close)
+    return SubsessionsMcp(engine, settings, http=http, idle_timeout=idle_timeout)
 
 
 @contextlib.contextmanager
@@ -163,7 +201,7 @@ def _stop_signals(on_signal: Callable[[int], None]) -> Iterator[None]:
         yield
 
 
-async def _serve_stdio(app: SubsessionsMcp) -> int | None:
+async def _serve_stdio(server: Server[Any], deferred: Deferred[SubsessionsMcp]) -> int | None:
     """Serve the one client until it closes stdin (None) or a signal comes (its number)."""
     loop = asyncio.get_running_loop()
     signalled: asyncio.Future[int] = loop.create_future()
@@ -172,27 +210,35 @@ async def _serve_stdio(app: SubsessionsMcp) -> int | None:
         if not signalled.done():
             signalled.set_result(signum)
 
-    serving = loop.create_task(_run_stdio(app), name="subsessions-mcp-stdio")
-    with _stop_signals(on_signal):
-        await asyncio.wait((serving, signalled), return_when=asyncio.FIRST_COMPLETED)
-    assert app.stdio_client is not None
-    if serving.done():
+    serving = loop.create_task(_run_stdio(server, deferred), name="subsessions-mcp-stdio")
+    try:
+        with _stop_signals(on_signal):
+            await asyncio.wait((serving, signalled), return_when=asyncio.FIRST_COMPLETED)
+        if serving.done():
+            serving.result()  # its failure, if it failed
+            return None
+        await _disconnect(deferred.app)  # the client's children first, as a disconnect would
+        return signalled.result()
+    finally:
         signalled.cancel()
-        serving.result()  # its failure, if it failed
-        return None
-    await app.stdio_client.close()  # the client's children first, as a disconnect would
-    return signalled.result()
+        await deferred.stop()
 
 
-async def _run_stdio(app: SubsessionsMcp) -> None:
+async def _run_stdio(server: Server[Any], deferred: Deferred[SubsessionsMcp]) -> None:
     from mcp.server.stdio import stdio_server
 
-    assert app.stdio_client is not None
     try:
         async with stdio_server() as (read_stream, write_stream):
-            await app.server.run(read_stream, write_stream,
-                                 app.server.create_initialization_options())
+            await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:
+        await deferred.stop()
+        await _disconnect(deferred.app)
+        if deferred.app is not None:
+            await deferred.app.drain()
+
+
+async def _disconnect(app: SubsessionsMcp | None) -> None:
+    if app is not None and app.stdio_client is not None:
         await app.stdio_client.close()
 
 

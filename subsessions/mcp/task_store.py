@@ -81,6 +81,9 @@ class TaskRegistry:
 
     def __init__(self, lease: float | None = None) -> None:
         self.lease = lease  # seconds a task lives unasked-about; None: as long as the store
+        # In whole ms now, so a lease no task can be given fails here, before any task or
+        # child exists, and describing a task later is integer arithmetic that cannot.
+        self._lease_ms = None if lease is None else round(lease * 1000)
         self._tasks: dict[str, McpTask] = {}
 
     def start(self, session: Session, work: Coroutine[Any, Any, Outcome],
@@ -107,9 +110,9 @@ class TaskRegistry:
 
     def ttl_ms(self, task: McpTask) -> int | None:
         """`ttlMs`: null while the store keeps it; with a lease, creation to expiry."""
-        if self.lease is None:
+        if self._lease_ms is None:
             return None
-        return round((task.seen + self.lease - task.born) * 1000)
+        return round((task.seen - task.born) * 1000) + self._lease_ms
 
     async def expire(self) -> int:
         """End and forget the tasks nobody asked about for `lease` seconds; how many."""

@@ -30,13 +30,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from subsessions.errors import SubsessionError, error_text
 from subsessions.mcp import run, runs
 from subsessions.mcp.connection import ClientConnection
+from subsessions.mcp.front import TASKS_EXTENSION
 from subsessions.mcp.task_store import McpTask, TaskRegistry
 from subsessions.session import Session
 
 log = logging.getLogger("subsessions.mcp")
 
 Context = ServerRequestContext[Any, Any]
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 POLL_INTERVAL_MS = 500
 TASK_TOOLS = frozenset({run.NAME, runs.NAME})
 

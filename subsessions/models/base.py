@@ -14,12 +14,15 @@ class TokenUsage:
     """What the model reported for a call (or a running total): Codex's five counts.
 
     `cached_input_tokens` is part of `input_tokens`, `reasoning_output_tokens` part of
-    `output_tokens`, as both wire APIs report them."""
+    `output_tokens`, as both wire APIs report them. `estimated`: some of it was counted
+    here (`openai_common.estimated_usage`) because the server reported none; a sum with an
+    estimate in it is one too, and says so wherever it is shown (`"estimated": true`)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
     reasoning_output_tokens: int = 0
+    estimated: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -31,19 +34,37 @@ class TokenUsage:
             self.output_tokens + other.output_tokens,
             self.cached_input_tokens + other.cached_input_tokens,
             self.reasoning_output_tokens + other.reasoning_output_tokens,
+            self.estimated or other.estimated,
         )
 
     def as_dict(self) -> dict[str, int]:
-        return {
+        """Codex's five counts (`token_count`), and `estimated: true` beside them if so."""
+        counts = {
             "input_tokens": self.input_tokens,
             "cached_input_tokens": self.cached_input_tokens,
             "output_tokens": self.output_tokens,
             "reasoning_output_tokens": self.reasoning_output_tokens,
             "total_tokens": self.total_tokens,
         }
+        if self.estimated:
+            counts["estimated"] = True
+        return counts
+
+
+CHARS_PER_TOKEN = 4
+"""OpenAI's rule of thumb for English text (about four characters a token); JSON and code
+run a little denser, so estimates err towards fewer tokens than a tokenizer counts."""
+
+
+def estimate_tokens(characters: int) -> int:
+    """Tokens for `characters` of text, rounded up: any text at all is at least one token."""
+    return -(-characters // CHARS_PER_TOKEN)
 
 
 NO_USAGE = TokenUsage()  # frozen, so every session starts from this one
+
+TOOL_CHOICE_WORDS = ("auto", "required", "none")
+"""What `tool_choice` may say besides a tool's name (which forces that tool)."""
 
 
 @frozen
@@ -59,6 +80,9 @@ class ModelRequest:
     items: tuple[Item, ...]
     tools: tuple[dict[str, Any], ...] = ()
     fallback_models: tuple[str, ...] = ()  # tried in order when `model` is unavailable
+    # auto | required | none | a tool's name; sent (with the tools) on both wire APIs, as
+    # llama.cpp's chatml-function-calling ignores the tools unless it is told `auto`
+    tool_choice: str = "auto"
 
     @property
     def tool_names(self) -> tuple[str, ...]:

@@ -31,4 +31,5 @@ def build_model_client(settings: Settings) -> OpenAIChatModel | OpenAIResponsesM
         provider=provider.name,
         retry=RetryPolicy(max_retries=provider.request_max_retries),
         stream_idle_timeout=provider.stream_idle_timeout_ms / 1000,
+        max_output_tokens=settings.model_max_output_tokens,
     )

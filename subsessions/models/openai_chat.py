@@ -10,12 +10,15 @@ from __future__ import annotations
 from typing import Any
 from uuid import uuid4
 
+import openai
+
 from subsessions.errors import MalformedStream
 from subsessions.items import Item, assistant_message, function_call, message_text
-from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
+from subsessions.models.base import TOOL_CHOICE_WORDS, ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.openai_common import (
     END_GRACE,
     OpenAIModel,
+    estimated_usage,
     next_event,
     opened_within,
     required,
@@ -48,7 +51,9 @@ def to_chat_messages(instructions: str, items: tuple[Item, ...]) -> list[dict[st
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
             else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+                # "", not null: llama.cpp's server refuses null (pydantic, HTTP 500), and
+                # its chatml-function-calling template fails on a message without content
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "function_call_output":
             messages.append(
                 {
@@ -58,6 +63,13 @@ def to_chat_messages(instructions: str, items: tuple[Item, ...]) -> list[dict[st
                 }
             )
     return messages
+
+
+def _chat_tool_choice(choice: str) -> str | dict[str, Any]:
+    """`auto`, `required`, `none`, or Chat's shape naming one function."""
+    if choice in TOOL_CHOICE_WORDS:
+        return choice
+    return {"type": "function", "function": {"name": choice}}
 
 
 class _Call:
@@ -81,8 +93,11 @@ class OpenAIChatModel(OpenAIModel):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if self.max_output_tokens is not None:
+            arguments["max_tokens"] = self.max_output_tokens  # what llama.cpp's server reads
         if request.tools:
             arguments["tools"] = [to_chat_tool(spec) for spec in request.tools]
+            arguments["tool_choice"] = _chat_tool_choice(request.tool_choice)
         return arguments
 
     async def _stream_once(self, arguments: dict[str, Any]) -> ModelResponse:
@@ -93,7 +108,7 @@ class OpenAIChatModel(OpenAIModel):
         reasoning: list[str] = []
         calls: dict[int, _Call] = {}
         usage: TokenUsage | None = None
-        finished = False
+        finished = said_anything = False
         async with stream:  # leaving it closes the connection, whether the body ended or not
             iterator = aiter(stream)
             while True:
@@ -106,6 +121,7 @@ class OpenAIChatModel(OpenAIModel):
                 chunk = await next_event(iterator, wait, complete=finished)
                 if chunk is None:
                     break
+                said_anything = True
                 if chunk.usage is not None:
                     usage = _usage(chunk.usage)
                 for choice in chunk.choices or ():
@@ -114,13 +130,46 @@ class OpenAIChatModel(OpenAIModel):
                         _take_delta(delta, text, reasoning, calls)
                     if choice.finish_reason is not None:
                         finished = True
+        if not said_anything:
+            return await self._unstreamed(arguments)
         if not finished:
             raise Retryable(f"{self.endpoint} ended the stream before a finish_reason")
-        return ModelResponse(
-            output=_items(text, reasoning, calls),
-            usage=usage or TokenUsage(),
-            model=arguments["model"],
-        )
+        return _response(arguments, text, reasoning, calls, usage)
+
+    async def _unstreamed(self, arguments: dict[str, Any]) -> ModelResponse:
+        """The same request, not streamed, after a stream that ended before its first chunk.
+
+        llama.cpp's server fails a stream after its `200` (a chat template error; `tool_choice`
+        auto under chatml-function-calling, which it cannot stream) with an empty body and
+        the reason in its own log only; asked whole, it answers, or says why in an HTTP error.
+        """
+        whole = {k: v for k, v in arguments.items() if k not in ("stream", "stream_options")}
+        try:
+            completion = await opened_within(
+                self.client.chat.completions.create(**whole), self.stream_idle_timeout
+            )
+        except openai.APIConnectionError:  # the server closes the failed stream's connection,
+            completion = await opened_within(  # which the pool may have handed out again
+                self.client.chat.completions.create(**whole), self.stream_idle_timeout
+            )
+        if not completion.choices:
+            raise Retryable(f"{self.endpoint} answered with no choices")
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: dict[int, _Call] = {}
+        for choice in completion.choices:
+            if choice.message is not None:
+                _take_delta(choice.message, text, reasoning, calls)
+        reported = completion.usage
+        return _response(arguments, text, reasoning, calls, reported and _usage(reported))
+
+
+def _response(arguments: dict[str, Any], text: list[str], reasoning: list[str],
+              calls: dict[int, _Call], usage: TokenUsage | None) -> ModelResponse:
+    """The answer, with the usage the server reported, else an estimate."""
+    output = _items(text, reasoning, calls)
+    return ModelResponse(output=output, usage=usage or estimated_usage(arguments, output),
+                         model=arguments["model"])
 
 
 def _take_delta(
@@ -133,13 +182,13 @@ def _take_delta(
     if isinstance(thought, str):
         reasoning.append(thought)
     for piece in delta.tool_calls or ():
-        index = piece.index if piece.index is not None else len(calls)
-        call = calls.setdefault(index, _Call())
+        index = getattr(piece, "index", None)  # a whole message's calls have none
+        call = calls.setdefault(len(calls) if index is None else index, _Call())
         if piece.id:
             call.call_id = piece.id
         function = piece.function
         if function is not None:
-            if function.name:
+            if function.name and function.name != call.name:  # llama.cpp repeats it each time
                 call.name += function.name
             if function.arguments:
                 call.arguments.append(function.arguments)

@@ -12,11 +12,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
 import openai
+import orjson
 from attrs import evolve
 
 from subsessions.errors import InvalidHistory, ModelError, ModelUnavailable
-from subsessions.items import Item
-from subsessions.models.base import ModelRequest, ModelResponse
+from subsessions.items import Item, message_text
+from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage, estimate_tokens
 from subsessions.models.openai_errors import Endpoint, Retryable, classify
 
 T = TypeVar("T")
@@ -85,6 +86,25 @@ async def opened_within(opening: Awaitable[T], idle_timeout: float) -> T:
         ) from None
 
 
+_SENT = ("instructions", "messages", "input", "tools")
+
+
+def estimated_usage(arguments: dict[str, Any], output: tuple[Item, ...]) -> TokenUsage:
+    """What a call cost when the server did not say (llama.cpp's server streams no usage):
+    the request as sent (instructions, history, tool list, as JSON) and the answer's text
+    (messages, reasoning, each call's name and arguments), at `CHARS_PER_TOKEN`."""
+    sent = sum(len(orjson.dumps(arguments[key])) for key in _SENT if key in arguments)
+    made = 0
+    for item in output:
+        if item.get("type") == "function_call":
+            made += len(str(item.get("name", ""))) + len(str(item.get("arguments", "")))
+        elif item.get("type") == "reasoning":
+            made += sum(len(str(s.get("text", ""))) for s in item.get("summary", ()))
+        else:
+            made += len(message_text(item) or "")
+    return TokenUsage(estimate_tokens(sent), estimate_tokens(made), estimated=True)
+
+
 class RetryPolicy:
     """Exponential backoff with jitter, honouring Retry-After, at most `max_retries` retries."""
 
@@ -151,12 +171,14 @@ class OpenAIModel:
         provider: str = "openai",
         retry: RetryPolicy | None = None,
         stream_idle_timeout: float = 300.0,
+        max_output_tokens: int | None = None,
     ) -> None:
         self.client = client
         self.provider = provider
         self.endpoint = Endpoint(provider, str(client.base_url).rstrip("/"), self.wire_api)
         self.retry = retry or RetryPolicy()
         self.stream_idle_timeout = stream_idle_timeout
+        self.max_output_tokens = max_output_tokens  # each call's cap; None: the server's
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.endpoint}>"

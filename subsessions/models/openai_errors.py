@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from typing import Any
 
 import openai
@@ -65,9 +66,17 @@ def _error_field(exc: openai.APIStatusError, key: str) -> Any:
     return error.get(key) if isinstance(error, dict) else None
 
 
+_MESSAGE_CHARS = 500
+_FRAME = re.compile(r"^\s+File \"", re.MULTILINE)
+
+
 def _server_message(exc: openai.APIStatusError) -> str:
+    """The server's message as one line: llama.cpp's server (any Python server's 500)
+    appends traceback frames, and pydantic's validation errors span many lines."""
     message = _error_field(exc, "message")
-    return message if isinstance(message, str) and message else str(exc.message)
+    text = message if isinstance(message, str) and message else str(exc.message)
+    text = " ".join(_FRAME.split(text, maxsplit=1)[0].split())
+    return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS - 3] + "..."
 
 
 def _is_model_missing(exc: openai.APIStatusError) -> bool:
@@ -124,7 +133,7 @@ def classify(exc: BaseException, endpoint: Endpoint) -> BaseException:
         return exc
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        detail = f"{provider} returned HTTP {status}: {_server_message(exc)}"
+        detail = f"{endpoint} returned HTTP {status}: {_server_message(exc)}"
         if status == 429 or status >= 500:
             return Retryable(detail, _retry_after(exc.response))
         if _is_model_missing(exc):

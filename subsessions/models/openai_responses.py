@@ -6,10 +6,11 @@ from typing import Any
 
 from subsessions.errors import MalformedStream, ModelError
 from subsessions.items import Item, assistant_message, function_call
-from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
+from subsessions.models.base import TOOL_CHOICE_WORDS, ModelRequest, ModelResponse, TokenUsage
 from subsessions.models.openai_common import (
     END_GRACE,
     OpenAIModel,
+    estimated_usage,
     next_event,
     opened_within,
     required,
@@ -78,9 +79,14 @@ class OpenAIResponsesModel(OpenAIModel):
         }
         if request.instructions:
             arguments["instructions"] = request.instructions
+        if self.max_output_tokens is not None:
+            arguments["max_output_tokens"] = self.max_output_tokens
         if request.tools:
             arguments["tools"] = list(request.tools)
             arguments["parallel_tool_calls"] = True
+            choice = request.tool_choice
+            arguments["tool_choice"] = (choice if choice in TOOL_CHOICE_WORDS
+                                        else {"type": "function", "name": choice})
         return arguments
 
     async def _stream_once(self, arguments: dict[str, Any]) -> ModelResponse:
@@ -88,7 +94,7 @@ class OpenAIResponsesModel(OpenAIModel):
             self.client.responses.create(**arguments), self.stream_idle_timeout
         )
         items: list[Item] = []
-        usage = TokenUsage()
+        usage: TokenUsage | None = None
         completed = False
         async with stream:  # leaving it closes the connection, whether the body ended or not
             iterator = aiter(stream)
@@ -119,7 +125,9 @@ class OpenAIResponsesModel(OpenAIModel):
                     raise ModelError(f"{self.provider} reported an error: {_event_error(event)}")
         if not completed:
             raise Retryable(f"{self.endpoint} ended the stream before response.completed")
-        return ModelResponse(output=tuple(items), usage=usage, model=arguments["model"])
+        output = tuple(items)
+        return ModelResponse(output=output, usage=usage or estimated_usage(arguments, output),
+                             model=arguments["model"])
 
 
 def _event_error(event: Any) -> str:

@@ -33,12 +33,20 @@ def _as_tuple(value: Iterable[str] | None) -> tuple[str, ...] | None:
     return None if value is None else _strings(value)
 
 
+def check_tool_choice(choice: object) -> None:
+    """`tool_choice`: `auto`, `required`, `none`, or the name of the one tool to call."""
+    if not isinstance(choice, str) or not choice.strip():
+        raise ValueError(f"tool_choice must be auto, required, none or a tool's name, "
+                         f"not {choice!r:.60}")
+
+
 @frozen
 class Profile:
     """A preset: what a child is told, which model it runs, which tools it gets.
 
     `tools=None` gives the child all of its parent's tools, `()` none.
-    `persona` and `memory` reach the model only when the profile runs top-level.
+    `persona` and `memory` reach the model only when the profile runs top-level
+    (`config.derive_config` is the one place that decides it).
     """
 
     name: str
@@ -51,8 +59,10 @@ class Profile:
     persona: str | None = None
     memory: str | None = None
     budget: Budget | None = None  # a child's own limits (a top-level session's: its tree's)
+    tool_choice: str = "auto"  # auto | required | none | a tool's name (for its first call)
 
     def __attrs_post_init__(self) -> None:
+        check_tool_choice(self.tool_choice)
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ValueError(
                 f"profile name {self.name!r} must start with a letter and use only "
@@ -69,18 +79,6 @@ class Profile:
         """Whether the allowlist admits a tool: `None` all, `()` none, a list only those."""
         return self.tools is None or tool_name in self.tools
 
-    def child_view(self) -> Profile:
-        """What may reach a model when this profile runs as a child."""
-        return Profile(
-            name=self.name,
-            description=self.description,
-            developer_instructions=self.developer_instructions,
-            model=self.model,
-            fallback_models=self.fallback_models,
-            tools=self.tools,
-            max_turns=self.max_turns,
-            budget=self.budget,
-        )
 
 
 @frozen
@@ -101,6 +99,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "persona": ((str,), "a string"),
     "memory": ((str,), "a string"),
     "budget": ((dict,), "a table"),
+    "tool_choice": ((str,), "a string"),
 }
 
 

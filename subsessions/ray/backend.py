@@ -31,7 +31,7 @@ from subsessions.ray import host
 from subsessions.ray.placement import ShardRef, Shards, import_ray
 from subsessions.ray.wire import ChildSpec, Outcome, RootSpec, ToolSpec
 from subsessions.runtime import Runtime
-from subsessions.session import Session
+from subsessions.session import Figures, Session
 from subsessions.settings import Settings
 
 log = logging.getLogger("subsessions")
@@ -143,7 +143,8 @@ class RayBackend:
             if family is not None and family.has_children:
                 await family.abort_all_children(child.budget_stop)
             child.task_ended()
-        child.apply(outcome.figures())
+        child.apply(Figures(outcome.token_usage, outcome.turns, outcome.tool_calls,
+                            outcome.answered_by, outcome.spent))
         if outcome.budget_stop is not None:
             stop = BudgetExhausted(*outcome.budget_stop)
             child.claim_budget_stop(stop)
@@ -323,8 +324,8 @@ def _spec(child: Session, prompt: str, first: bool) -> ChildSpec:
         inbox=tuple(child.inbox),
         elapsed=child.meter.elapsed(),
         follow_up=not first,
-        usage=(child.token_usage.input_tokens, child.token_usage.output_tokens, child.turns,
-               child.tool_calls),
+        token_usage=child.token_usage,
+        counts=(child.turns, child.tool_calls),
         spent=(child.meter.turns, child.meter.tokens),
         tree_budget=parent.root.budget,
         tree_spent=(parent.root.meter.turns, parent.root.meter.tokens),

@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from attrs import define, evolve, field, fields
 
-from subsessions.children import Figures
 from subsessions.clock import clock
 from subsessions.config import Hooks, Invocation
 from subsessions.dispatch import call_maybe_async
@@ -28,10 +27,11 @@ from subsessions.errors import (
     error_text,
 )
 from subsessions.events import EventHub, SessionEvent, emit
+from subsessions.models.base import TokenUsage
 from subsessions.ray.channel import Message
 from subsessions.ray.wire import Call, Event, Request, Room, Spent
 from subsessions.runtime import Runtime
-from subsessions.session import Session
+from subsessions.session import Figures, Session
 from subsessions.usage import Usage
 
 log = logging.getLogger("subsessions")
@@ -129,9 +129,8 @@ class Answerer:
         if child is None:
             return
         if session_id == child_id:
-            own = child.usage()
-            child.apply(Figures(evolve(own, turns=max(own.turns, turns), tool_calls=max(
-                own.tool_calls, calls)), child.answered_by))
+            child.apply(Figures(child.token_usage, max(child.turns, turns),
+                                max(child.tool_calls, calls), child.answered_by))
         else:
             known = child.elsewhere.get(session_id, Usage())
             child.elsewhere[session_id] = evolve(known, turns=max(known.turns, turns),
@@ -222,12 +221,14 @@ def _spent(child: Session, event: Event) -> None:
     """A model call in a remote child's subtree: the child's live usage (what its parent's
     `list_sessions` shows) and its tree's budget, which the driver's root meter counts."""
     data = event.data
-    usage = Usage(data["input_tokens"], data["output_tokens"], data["tool_calls"],
-                  data["turns"])
     if event.session_id == event.child_id:
-        child.apply(Figures(usage, child.answered_by))
+        child.apply(Figures(TokenUsage(data["input_tokens"], data["output_tokens"],
+                                       estimated=data.get("estimated", False)),
+                            data["turns"], data["tool_calls"], child.answered_by))
     else:  # one of its own children (or theirs): its parent's roll-up counts it
-        child.elsewhere[event.session_id] = usage
+        child.elsewhere[event.session_id] = Usage(data["input_tokens"], data["output_tokens"],
+                                                  data["tool_calls"], data["turns"],
+                                                  data.get("estimated", False))
     meter = child.root.meter
     # Whether it wanted more is the shard's to judge: its share of the tree stops the tree.
     # With a turn limit, the turn was counted when the shard was granted it.

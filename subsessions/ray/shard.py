@@ -32,7 +32,7 @@ from subsessions.ray.ledger import DriverLedger
 from subsessions.ray.wire import ChildSpec, Event, Outcome, RootSpec, Spent, ToolSpec
 from subsessions.rollouts.reader import read_rollout
 from subsessions.runtime import Runtime
-from subsessions.session import Session
+from subsessions.session import Figures, Session
 from subsessions.settings import Settings
 from subsessions.tools import builtin_tools
 from subsessions.tree import SessionTree
@@ -196,7 +196,7 @@ class Shard:
         usage = child.usage()
         return Outcome(STATE_WORDS[type(ending)], ending.result if isinstance(ending, Done)
                        else None, ending.error if isinstance(ending, Failed) else None,
-                       usage.input_tokens, usage.output_tokens, usage.turns, usage.tool_calls,
+                       child.token_usage, usage.turns, usage.tool_calls,
                        child.answered_by, stop, (child.meter.turns, child.meter.tokens))
 
     async def close(self) -> None:
@@ -258,7 +258,8 @@ class Shard:
             child.count_in_tree(spec.tree_budget, *spec.tree_spent, partial(
                 self._spent, spec.root.session_id))
         child.meter.started -= spec.elapsed  # its clock counts from its spawn in the driver
-        child.apply(spec.figures())
+        # what its earlier tasks ran up (nothing for a first task), and its meter
+        child.apply(Figures(spec.token_usage, *spec.counts, None, spec.spent))
         child.inbox.extend(spec.inbox)
         # Usage always goes to the driver (its listing, its tree's budget); the rest only
         # when someone listens there.

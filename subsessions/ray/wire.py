@@ -12,11 +12,10 @@ from typing import Any
 from attrs import frozen
 
 from subsessions.budget import Budget
-from subsessions.children import Figures
 from subsessions.config import SessionConfig
+from subsessions.models.base import NO_USAGE, TokenUsage
 from subsessions.profiles import Profile
 from subsessions.tools import ToolContext
-from subsessions.usage import Usage
 
 
 @frozen
@@ -67,13 +66,9 @@ class ChildSpec:
     inbox: tuple[str, ...] = ()  # messages sent to it before it was sent here
     elapsed: float = 0.0  # seconds since its spawn in the driver: its clock counts from there
     follow_up: bool = False  # a later task (send_message to it ended): history from its rollout
-    usage: tuple[int, int, int, int] = (0, 0, 0, 0)  # its tasks' so far: tokens in, out, turns,
-    spent: tuple[int, int] = (0, 0)  # tool calls; and its meter's (turns, tokens)
-
-    def figures(self) -> Figures:
-        """What its earlier tasks ran up (nothing for a first task), and its meter."""
-        tokens_in, tokens_out, turns, calls = self.usage
-        return Figures(Usage(tokens_in, tokens_out, calls, turns), None, self.spent)
+    token_usage: TokenUsage = NO_USAGE  # its tasks' so far: tokens, and (turns, tool calls);
+    counts: tuple[int, int] = (0, 0)
+    spent: tuple[int, int] = (0, 0)  # and its meter's (turns, tokens)
 
 
 @frozen
@@ -142,14 +137,9 @@ class Outcome:
     state: str  # done | failed | cancelled
     result: str | None
     error: str | None
-    input_tokens: int
-    output_tokens: int
+    token_usage: TokenUsage
     turns: int
     tool_calls: int
     answered_by: str | None
     budget_stop: tuple[str, float] | None = None  # failed on a budget: (kind, limit)
     spent: tuple[int, int] = (0, 0)  # its meter: (turns, tokens, its descendants' included)
-
-    def figures(self) -> Figures:
-        return Figures(Usage(self.input_tokens, self.output_tokens, self.tool_calls,
-                             self.turns), self.answered_by, self.spent)

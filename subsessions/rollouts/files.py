@@ -10,7 +10,9 @@ import bisect
 import contextlib
 import os
 import re
+import secrets
 import stat
+import time
 from pathlib import Path
 
 from subsessions.errors import RolloutError, UnknownSession, UnsafeHome, echo
@@ -21,6 +23,13 @@ _NAME = re.compile(
     r"rollout-[^/]*-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.jsonl"
 )
 _MAX_CANDIDATES = 10
+# A new rollout is written whole under a temporary name first (`RolloutWriter`), where
+# no lister looks: `.rollout-...jsonl.<random>.tmp`. One left by a process killed in
+# between is removed once it is this old (a write takes microseconds; another host's
+# writer on a shared home may still be using a young one).
+TEMPORARY_PREFIX = ".rollout-"
+TEMPORARY_SUFFIX = ".tmp"
+STALE_TEMPORARY_SECONDS = 3600.0
 
 RolloutEntry = tuple[str, str]  # (session id from the name, path)
 
@@ -84,12 +93,16 @@ def rollout_entries(home: str | os.PathLike[str]) -> list[RolloutEntry]:
     folder fails later, when it is opened (`O_NOFOLLOW`), as "not a rollout".
     """
     found: list[RolloutEntry] = []
-    for year in _subdirs(os.path.join(home, "sessions")):
-        for month in _subdirs(year):
-            for day in _subdirs(month):
-                found.extend(_files(day))
+    for day in day_folders(home):
+        found.extend(folder_entries(day))
     found.sort()
     return found
+
+
+def day_folders(home: str | os.PathLike[str]) -> list[str]:
+    """The `sessions/YYYY/MM/DD` folders of the home (the only places rollouts are made)."""
+    return [day for year in _subdirs(os.path.join(home, "sessions"))
+            for month in _subdirs(year) for day in _subdirs(month)]
 
 
 def _subdirs(folder: str) -> list[str]:
@@ -100,14 +113,37 @@ def _subdirs(folder: str) -> list[str]:
         return []
 
 
-def _files(folder: str) -> list[RolloutEntry]:
+def folder_entries(folder: str) -> list[RolloutEntry]:
+    """(id, path) of the rollout files in one day folder, by name alone, unsorted."""
     try:
         names = os.listdir(folder)  # much cheaper than scandir for thousands of names
     except OSError:
         return []
     start = os.path.join(folder, "")
     match = _NAME.fullmatch
-    return [(name[-42:-6], start + name) for name in names if match(name)]
+    found = [(name[-42:-6], start + name) for name in names if match(name)]
+    if len(found) < len(names):
+        _sweep(start, [name for name in names if is_temporary(name)])
+    return found
+
+
+def temporary_name(path: str) -> str:
+    """Where a new rollout at `path` is written before it is linked into place."""
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}")
+
+
+def is_temporary(name: str) -> bool:
+    return name.startswith(TEMPORARY_PREFIX) and name.endswith(TEMPORARY_SUFFIX)
+
+
+def _sweep(start: str, names: list[str]) -> None:
+    """Remove what a killed writer left under a temporary name, once it is stale."""
+    stale = time.time() - STALE_TEMPORARY_SECONDS
+    for name in names:
+        with contextlib.suppress(OSError):  # gone already, or not ours to remove
+            if os.lstat(start + name).st_mtime < stale:
+                os.unlink(start + name)
 
 
 def rollout_files(home: str | os.PathLike[str]) -> list[Path]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -33,11 +34,17 @@ import orjson
 
 from subsessions.clock import clock
 from subsessions.errors import RolloutError
-from subsessions.rollouts.files import make_private_dirs
+from subsessions.rollouts.files import make_private_dirs, temporary_name
 
 # Never through a symlink: a planted one would make us append to someone else's file.
-_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 _REPAIR = _APPEND & ~os.O_WRONLY | os.O_RDWR  # after a failed append: read its last byte
+# A new file is written whole before it has a name: an anonymous file (O_TMPFILE) linked into
+# place through /proc, where the system has both; else a temporary name, linked then removed.
+TMPFILE = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
+# O_TMPFILE on this file system, or /proc here (hidden, not mounted): named ones instead
+_UNSUPPORTED = {errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT, errno.EACCES}
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 INLINE_BYTES = 16 * 1024  # a durable chunk this small may be written on the loop
 INLINE_SECONDS = 0.002  # ... as long as no such write ever took longer
@@ -61,6 +68,9 @@ class RolloutWriter:
         self._idle = False  # the thread is (about to be) waiting for work
         self._failed: dict[str, str] = {}  # lost writes, reported at the next durable flush
         self._torn: set[str] = set()  # a failed append may have left a line unended here
+        self._unborn: dict[str, bytes] = {}  # a new file's first chunk, not written yet
+        self._tmpfile = TMPFILE  # off once the file system refuses it
+        self._proc_fd: int | None = None  # /proc/self/fd, to link anonymous files through
         self._inline = True  # small durable chunks may be appended on the loop (see submit)
         self._inline_spent = False  # one was, in this turn of the loop
 
@@ -110,13 +120,15 @@ class RolloutWriter:
         if self._stopping:
             return
         self._stopping = True
-        if self._thread is None:
-            return
-        # Assigning the future is what tells the thread to stop once the queue is empty.
-        self._stopped = asyncio.get_running_loop().create_future()
-        self._wake.set()
-        await asyncio.shield(self._stopped)
-        self._thread.join()
+        if self._thread is not None:
+            # Assigning the future is what tells the thread to stop once the queue is empty.
+            self._stopped = asyncio.get_running_loop().create_future()
+            self._wake.set()
+            await asyncio.shield(self._stopped)
+            self._thread.join()
+        if self._proc_fd is not None:
+            os.close(self._proc_fd)
+            self._proc_fd = None
 
     def _run(self) -> None:
         while True:
@@ -166,7 +178,15 @@ class RolloutWriter:
             if folder not in self._made_dirs:
                 make_private_dirs(folder)
                 self._made_dirs.add(folder)
-            fd = os.open(path, _REPAIR if path in self._torn else _APPEND, 0o600)
+            try:
+                fd = os.open(path, _REPAIR if path in self._torn else _APPEND)
+            except FileNotFoundError:  # a new rollout: it appears with its first chunk whole
+                unborn = self._unborn.pop(path, None)
+                if unborn is not None:
+                    data = unborn + data
+                if self._create(path, data):
+                    return
+                fd = os.open(path, _APPEND)  # made meanwhile by someone else: append
         except OSError as exc:
             self._failed[path] = f"cannot write rollout: {exc.strerror or exc}"
             return
@@ -190,6 +210,50 @@ class RolloutWriter:
             )
         finally:
             os.close(fd)
+
+
+    def _create(self, path: str, data: bytes | bytearray) -> bool:
+        """Write `data` as the whole of a new file that appears at `path` only once written
+        (a kill at any moment leaves the file complete or absent, never empty or head-less);
+        False if something is at `path` already. A chunk that cannot be written is kept
+        and goes first into the next attempt, so the file still starts with its head."""
+        fd, temporary = self._open_temporary(path)
+        try:
+            view = memoryview(data)
+            written = 0
+            while written < len(data):
+                written += os.write(fd, view[written:])
+            if temporary is None:  # linkat(AT_SYMLINK_FOLLOW) through /proc: see open(2)
+                os.link(str(fd), path, src_dir_fd=self._proc_fd)
+            else:
+                os.link(temporary, path)
+        except FileExistsError:
+            return False
+        except OSError:
+            self._unborn[path] = bytes(data)
+            raise
+        finally:
+            os.close(fd)
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+        return True
+
+    def _open_temporary(self, path: str) -> tuple[int, str | None]:
+        """A file for a new rollout's first chunk: anonymous (None) or under a temporary name."""
+        if self._tmpfile:
+            try:
+                if self._proc_fd is None:
+                    self._proc_fd = os.open("/proc/self/fd", _DIRECTORY)
+                flags = os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC
+                return os.open(os.path.dirname(path), flags, 0o600), None
+            except OSError as exc:
+                if exc.errno not in _UNSUPPORTED:
+                    raise
+                self._tmpfile = False  # this file system has no anonymous files
+        temporary = temporary_name(path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(temporary, flags, 0o600), temporary
 
 
 def _ends_torn(fd: int) -> bool:

@@ -1,6 +1,7 @@
 """One host connection: the Copilot runtime's JSON-RPC methods over one engine.
 
-A connection sees, drives and deletes only the sessions it created or resumed (DESIGN 4,
+A connection sees, drives and deletes only the sessions it created or resumed, and names
+them by full id only (`access`, the wires' one rule; DESIGN 4,
 isolation between hosts); when it goes away, they are closed and their running trees
 cancelled. With a connection token (TCP), nothing but `connect` and `ping` is served
 before `connect` has presented it.
@@ -18,10 +19,12 @@ from typing import Any
 
 from attrs import define, field
 
+from subsessions import access
 from subsessions._version import __version__
 from subsessions.engine import Engine
 from subsessions.errors import SessionBusy, UnknownSession
-from subsessions.rollouts.files import find_rollout
+from subsessions.instructions import with_base_instructions
+from subsessions.serve import history
 from subsessions.serve.options import session_options
 from subsessions.serve.peer import INVALID_PARAMS, INVALID_REQUEST, Peer, RpcError
 from subsessions.serve.served import HostBridge, ServedSession
@@ -52,6 +55,7 @@ class Connection:
             "session.abort": self._abort, "session.list": self._list,
             "session.getMetadata": self._metadata, "session.detach": self._detach,
             "session.delete": self._delete, "runtime.shutdown": self._shutdown,
+            "session.getMessages": self._messages,
             "session.tools.handlePendingToolCall": self._tool_answer,
             "session.permissions.handlePendingPermissionRequest": self._permission_answer,
         }
@@ -95,7 +99,8 @@ class Connection:
         session_id = _session_id(params)
         bridge = HostBridge(self.peer, session_id)
         options = session_options(params, bridge, self.settings, self.engine.cwd)
-        session = await self.engine.create_session(options.config, source=SOURCE,
+        session = await self.engine.create_session(with_base_instructions(options.config),
+                                                   source=SOURCE,
                                                    session_id=session_id)
         return self._serve(session, bridge, options, resumed=False)
 
@@ -103,9 +108,10 @@ class Connection:
         session_id = _session_id(params)
         if session_id in self._sessions:
             raise SessionBusy(session_id, "is already open on this connection")
+        path = access.at_rest(self.engine, session_id)  # never a path or a prefix (README)
         bridge = HostBridge(self.peer, session_id)
         options = session_options(params, bridge, self.settings, self.engine.cwd)
-        session = await self.engine.resume_session(session_id, options.config)
+        session = await self.engine.resume_session(path, options.config)
         return self._serve(session, bridge, options, resumed=True)
 
     def _serve(self, session: Any, bridge: HostBridge, options: Any, resumed: bool
@@ -114,14 +120,20 @@ class Connection:
         bridge.served = served
         self._sessions[session.session_id] = served
         served.start(resumed)
+        if not resumed:
+            self._lifecycle("session.created", session.session_id, session.started_at)
         return {"sessionId": session.session_id, "workspacePath": None}
 
+    def _lifecycle(self, kind: str, session_id: str, started: float | None = None) -> None:
+        """`session.lifecycle`: every SDK listens for it unasked; a connection is told of its
+        own sessions only (`access`: no other connection learns their ids)."""
+        note: dict[str, Any] = {"type": kind, "sessionId": session_id}
+        if started is not None:
+            note["metadata"] = _times(started)
+        self.peer.notify("session.lifecycle", note)
+
     def _served(self, params: dict[str, Any]) -> ServedSession:
-        session_id = params.get("sessionId")
-        served = self._sessions.get(session_id) if isinstance(session_id, str) else None
-        if served is None:
-            raise UnknownSession(str(session_id)[:128])
-        return served
+        return self._sessions[access.named(params.get("sessionId"), self._sessions)]
 
     async def _send(self, params: dict[str, Any]) -> dict[str, Any]:
         turn, _ = self._served(params).send(_prompt(params))
@@ -144,9 +156,17 @@ class Connection:
     async def _list(self, _params: dict[str, Any]) -> dict[str, Any]:
         return {"sessions": [_metadata(s) for s in self._sessions.values()]}
 
+    async def _messages(self, params: dict[str, Any]) -> dict[str, Any]:
+        session = self._served(params).session
+        return {"events": history.replay(session.session_id, session.model, session.cwd,
+                                         session.started_at, session.history)}
+
     async def _metadata(self, params: dict[str, Any]) -> dict[str, Any]:
-        served = self._sessions.get(str(params.get("sessionId")))
-        return {"session": _metadata(served) if served is not None else None}
+        try:
+            served = self._served(params)
+        except UnknownSession:
+            return {"session": None}
+        return {"session": _metadata(served)}
 
     async def _detach(self, params: dict[str, Any]) -> dict[str, Any]:
         await self._forget(self._served(params).session_id)
@@ -156,15 +176,14 @@ class Connection:
         session_id = _session_id(params)
         if session_id in self._sessions:
             await self._forget(session_id, delete=True)
-            return {"success": True}
-        if self.engine.get_session(session_id) is not None:
-            return {"success": False, "error": f"session {session_id} is open elsewhere"}
-        try:
-            path = find_rollout(self.engine.home, session_id)
-        except UnknownSession as exc:
-            return {"success": False, "error": str(exc)}
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
+        else:
+            try:  # only by its full id, and only when no one holds it open
+                path = access.at_rest(self.engine, session_id)
+            except UnknownSession as exc:
+                return {"success": False, "error": str(exc)}
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+        self._lifecycle("session.deleted", session_id)
         return {"success": True}
 
     async def _forget(self, session_id: str, delete: bool = False) -> None:
@@ -209,7 +228,12 @@ def _prompt(params: dict[str, Any]) -> str:
 
 def _metadata(served: ServedSession) -> dict[str, Any]:
     session = served.session
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(session.started_at))
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"sessionId": session.session_id, "startTime": started, "modifiedTime": now,
-            "isRemote": False, "context": {"cwd": session.cwd}}
+    return {"sessionId": session.session_id, **_times(session.started_at), "isRemote": False,
+            "context": {"cwd": session.cwd}}
+
+
+def _times(started: float) -> dict[str, str]:
+    def stamp(at: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+    return {"startTime": stamp(started), "modifiedTime": stamp(time.time())}

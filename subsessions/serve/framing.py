@@ -13,6 +13,7 @@ import asyncio
 from subsessions.errors import SubsessionError
 
 MAX_BODY = 64 * 1024 * 1024  # one message; a larger one is a broken or hostile peer
+READ_AHEAD = 64 * 1024  # what a reader buffers ahead of us (and the longest header line)
 MAX_HEADERS = 32
 
 

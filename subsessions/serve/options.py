@@ -15,6 +15,7 @@ from attrs import frozen
 
 from subsessions.config import SessionConfig, Tool
 from subsessions.errors import InvalidArguments
+from subsessions.instructions import BASE_INSTRUCTIONS
 from subsessions.profiles import Profile
 from subsessions.serve.served import HostBridge
 from subsessions.settings import Settings
@@ -94,6 +95,9 @@ def _agent(raw: dict[str, Any]) -> tuple[Profile, tuple[str, str]]:
 
 
 def _instructions(message: Any) -> str | None:
-    if isinstance(message, dict) and isinstance(message.get("content"), str):
-        return str(message["content"])
-    return None
+    """The SDK's `systemMessage`: `replace` mode is the whole text; `append` (its default)
+    follows the runtime's own, here the base instructions."""
+    if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+        return None
+    content = str(message["content"])
+    return content if message.get("mode") == "replace" else f"{BASE_INSTRUCTIONS}\n\n{content}"

@@ -2,13 +2,15 @@
 
 Requests from the host run concurrently, each in a task the peer owns (a `sendAndWait`
 may wait minutes while the host answers tool calls on the same stream). Writes happen in
-call order, so a notification sent before a response reaches the host first. A body that
+call order, so a notification sent before a response reaches the host first; while the
+host leaves them unread, the peer reads nothing more from it. A body that
 is not JSON-RPC gets a JSON-RPC error and the peer goes on; a framing fault ends it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -69,10 +71,25 @@ class Peer:
     async def serve(self) -> None:
         """Read and answer until the host closes the stream (or breaks its framing)."""
         try:
-            while (body := await read_frame(self._reader)) is not None:
+            while True:
+                await self._room()
+                if (body := await read_frame(self._reader)) is None:
+                    break
                 self._receive(body)
         finally:
             await self.close()
+
+    async def _room(self) -> None:
+        """Backpressure: while the host leaves what we wrote unread past the transport's
+        high-water mark, we read nothing more from it (so it cannot make us hold its
+        answers without bound); reading resumes once the transport has drained."""
+        transport = self._writer.transport
+        backlog = transport.get_write_buffer_size()
+        if backlog <= transport.get_write_buffer_limits()[1]:
+            return
+        log.debug("reading paused: the host has not read %d bytes", backlog)
+        with contextlib.suppress(ConnectionError):  # gone: the next read ends the loop
+            await self._writer.drain()
 
     async def close(self) -> None:
         """Stop: pending outgoing requests fail, handlers still running are cancelled."""
@@ -137,10 +154,8 @@ class Peer:
         future = self._pending.get(message["id"]) if isinstance(message["id"], int) else None
         if future is None or future.done():
             return  # an answer to nothing we asked (or asked and gave up on)
-        error = message.get("error")
-        if isinstance(error, dict):
-            future.set_exception(RpcError(int(error.get("code", INTERNAL_ERROR)),
-                                          str(error.get("message", "")), error.get("data")))
+        if "error" in message:
+            future.set_exception(_host_error(message["error"]))
         else:
             future.set_result(message.get("result"))
 
@@ -181,3 +196,15 @@ class Peer:
         if self._closed or self._writer.is_closing():
             return  # the host is gone: nobody can read it
         self._writer.write(frame(orjson.dumps(message)))
+
+
+def _host_error(error: Any) -> RpcError:
+    """The host's error answer as an `RpcError`, however it is shaped (a host's malformed
+    answer fails that one request, never the runtime)."""
+    if not isinstance(error, dict):
+        return RpcError(INTERNAL_ERROR, f"the host answered with a malformed error: {error!r:.200}")
+    code, text = error.get("code"), str(error.get("message", ""))
+    if not isinstance(code, int) or isinstance(code, bool):
+        return RpcError(INTERNAL_ERROR, f"{text:.500} (the host's error code {code!r:.40} is "
+                        "not an integer)", error.get("data"))
+    return RpcError(code, text, error.get("data"))

@@ -28,7 +28,7 @@ from subsessions.engine import Engine
 from subsessions.errors import ConfigError
 from subsessions.models.factory import build_model_client
 from subsessions.serve.connection import Connection
-from subsessions.serve.framing import MAX_BODY, FramingError
+from subsessions.serve.framing import READ_AHEAD, FramingError
 from subsessions.serve.peer import Peer
 from subsessions.settings import Settings
 
@@ -116,7 +116,7 @@ async def _main(home: Path, settings: Settings, out: int, port: int | None) -> i
 
 async def _serve_stdio(engine: Engine, settings: Settings, out: int, finish: Finish) -> None:
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_BODY)
+    reader = asyncio.StreamReader(limit=READ_AHEAD)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     transport, protocol = await loop.connect_write_pipe(
         asyncio.streams.FlowControlMixin, os.fdopen(out, "wb", buffering=0))
@@ -132,16 +132,19 @@ async def _serve_tcp(
     connections: set[asyncio.Task[None]] = set()
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        connections.add(task)
-        try:
-            await _serve_one(Peer(reader, writer), engine, settings, token, finish)
-        finally:
-            connections.discard(task)
+        # The connection runs in a task of ours, cancelled at shutdown; the handler's own
+        # task is never cancelled by us (asyncio 3.11 prints a traceback for one that is).
+        served = asyncio.get_running_loop().create_task(
+            _serve_one(Peer(reader, writer), engine, settings, token, finish),
+            name="subsessions-serve-connection")
+        connections.add(served)
+        served.add_done_callback(connections.discard)
+        await asyncio.wait((served,))
+        if not served.cancelled():
+            served.result()  # a failure is the handler's: asyncio logs it
 
     try:
-        server = await asyncio.start_server(accept, "127.0.0.1", port, limit=MAX_BODY)
+        server = await asyncio.start_server(accept, "127.0.0.1", port, limit=READ_AHEAD)
     except OSError as exc:
         os.close(out)
         raise ConfigError("command line", "--port",

@@ -245,6 +245,7 @@ async def test_another_parents_child_is_unknown(engine: Engine, script: Script) 
     assert await owner.subsessions.wait_child(theirs) == "still mine"
 
 
+@pytest.mark.timeout(30)  # a check that waits instead hangs on the held child: fail early
 @pytest.mark.parametrize("timeout_ms", [0, -1, -(10**12)])
 async def test_not_completed(engine: Engine, script: Script, timeout_ms: int) -> None:
     script.hold("slow")

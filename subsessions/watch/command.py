@@ -1,0 +1,73 @@
+"""`subsessions watch [SESSION_ID] [--once]`: the live tree, or the tree once as text.
+
+Textual is imported only here, and only when the live view opens: `--once` and every
+other command work without the `[watch]` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from subsessions.errors import InvalidArguments, RolloutError, SubsessionError
+from subsessions.watch.cells import plain_table
+from subsessions.watch.follower import Follower
+from subsessions.watch.forest import build_rows
+
+NEEDS_TEXTUAL = ("the live view needs Textual: pip install 'subsessions[watch]' "
+                 "(or print the tree once with --once)")
+
+
+def add_watch_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    watch = commands.add_parser(
+        "watch", parents=[common], help="a live tree of the sessions (--once: print it)",
+        description="A live tree of the home's sessions, updated as their rollouts grow: "
+        "status, turns, tokens, tool calls, elapsed time and the last message, with subtree "
+        "totals on every parent. Keys: arrows select, Enter shows the transcript, q quits.",
+    )
+    watch.add_argument("id", nargs="?", metavar="SESSION_ID",
+                       help="only this session's tree (an id or a unique prefix)")
+    watch.add_argument("--once", action="store_true", help="print the tree once as text")
+    watch.add_argument("--limit", type=int, default=50,
+                       help="the newest N top-level sessions, with their trees (0: all)")
+    watch.add_argument("--interval", type=float, default=0.25, help=argparse.SUPPRESS)
+
+
+def run_watch(args: argparse.Namespace, home: Path, out: TextIO) -> int:
+    if args.limit < 0 or not args.interval > 0:
+        raise InvalidArguments("watch", "--limit must be 0 (all) or more, --interval positive")
+    if not home.is_dir():
+        raise RolloutError(str(home), "no such directory, so no rollouts "
+                           "(--home DIR or $SUBSESSIONS_HOME names the home)")
+    follower = Follower(str(home), root=args.id, limit=args.limit or None)
+    follower.open()
+    if args.once:
+        return _once(follower, home, out)
+    try:
+        from subsessions.watch.app import WatchApp
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in ("textual", "rich"):
+            raise
+        raise SubsessionError(NEEDS_TEXTUAL) from None
+    if not (sys.stdin.isatty() and out.isatty()):
+        raise SubsessionError("the live view needs a terminal; use --once in a pipe")
+    WatchApp(follower, interval=args.interval).run()
+    return 0
+
+
+def _once(follower: Follower, home: Path, out: TextIO) -> int:
+    rows = build_rows(follower.sessions, follower.alive)
+    width = shutil.get_terminal_size().columns if out.isatty() else None
+    for line in plain_table(rows, time.time(), width):
+        out.write(line + "\n")
+    if follower.hidden and follower.root is None:
+        sys.stderr.write(f"({follower.hidden} older session(s) not shown: --limit 0 shows "
+                         "every one)\n")
+    if not rows:
+        sys.stderr.write(f"subsessions: no sessions in {home}\n")
+        return 1
+    return 0

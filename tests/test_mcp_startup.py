@@ -1,0 +1,125 @@
+"""`subsessions mcp` answers the handshake before it builds its engine (see
+`subsessions.mcp.front`), and what a host sees is the same as if it had waited: the same
+capabilities and instructions, a complete tool list right after `initialize`, tools that
+work, and a one-line error (exit 1) when the engine cannot be built. How fast it answers is
+`bench/mcp_startup.py`'s figure, not a timed assertion."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import orjson
+from fake_openai import FakeOpenAI, fake_openai
+from mcp_support import Children, connect, ok, result_text, server_params
+from openai_support import cli_env
+
+from subsessions import Engine, ScriptedModel
+from subsessions.mcp.app import TOOL_NAMES, SubsessionsMcp
+from subsessions.mcp.front import FORWARDED, Deferred, front_server
+from subsessions.settings import Settings
+
+__all__ = ["fake_openai"]
+
+# Every request method of the spec's that a server may serve (beyond the handshake's own).
+METHODS = (*FORWARDED, "ping", "prompts/list", "prompts/get", "resources/subscribe",
+           "resources/unsubscribe", "logging/setLevel", "completion/complete",
+           "server/discover")
+
+
+async def test_the_front_answers_the_handshake_exactly_as_the_app_would(home: Path) -> None:
+    async with Engine(home, model_client=ScriptedModel(lambda request: ["ok"])) as engine:
+        app = SubsessionsMcp(engine, Settings(), http=False)
+
+        async def build() -> SubsessionsMcp:
+            return app
+
+        front = front_server(Deferred(build))
+        assert (front.create_initialization_options().model_dump()
+                == app.server.create_initialization_options().model_dump())
+        for method in METHODS:
+            ours, theirs = front.get_request_handler(method), app.server.get_request_handler(method)
+            assert (ours is None) == (theirs is None), method
+            if ours is not None and theirs is not None and method != "ping":
+                assert ours.params_type is theirs.params_type, method
+        assert app.stdio_client is not None
+        await app.stdio_client.close()
+
+
+def test_starting_the_mcp_command_imports_neither_engine_nor_model_client() -> None:
+    """What runs before `initialize` is answered: the CLI, the front, the SDK; the rest
+    (the engine, the openai SDK, Ray, the tools) is imported once the host has its answer."""
+    probe = ("import sys, subsessions.cli, subsessions.mcp.front, subsessions.mcp.server\n"
+             "print(' '.join(sorted(sys.modules)))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            check=True, timeout=120).stdout.split()
+    heavy = ("subsessions.engine", "subsessions.session", "subsessions.mcp.app",
+             "subsessions.tools", "subsessions.rollouts", "openai", "ray")
+    assert not [name for name in heavy if name in loaded]
+
+
+async def test_right_after_initialize_the_tool_list_is_complete_and_a_tool_works(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script = Children()
+    with tempfile.TemporaryFile("w+") as errlog:
+        async with connect(home, fake_openai, tmp_path, errlog) as session:
+            tools = (await session.list_tools()).tools  # sent at once, the engine still cold
+            assert [tool.name for tool in tools] == sorted(TOOL_NAMES, key=TOOL_NAMES.index)
+            run = next(tool for tool in tools if tool.name == "run_session")
+            profiles = run.input_schema["properties"]["session_type"]["enum"]
+            assert {"default", "tester", "mathematician"} <= set(profiles)
+            answer = await session.call_tool("run_session", {
+                "session_type": "default", "prompt": "first"})
+            assert result_text(answer) == "answer to first"
+            listed = ok(await session.call_tool("list_sessions", {}))
+            assert [entry["status"] for entry in listed["sessions"]] == ["completed"]
+
+
+async def test_an_engine_that_cannot_be_built_is_told_to_the_host_and_exits_1(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """Here the home is writable by everyone: refused, as before the handshake came first,
+    but now after it: each request is told why, stderr has it in one line, and the process
+    ends with 1 when the host closes stdin."""
+    os.mkdir(home, 0o700)
+    os.chmod(home, 0o777)
+    params = server_params(home, fake_openai, tmp_path)
+    proc = await asyncio.create_subprocess_exec(
+        params.command, *params.args, cwd=params.cwd, env=cli_env(),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "list_sessions", "arguments": {}}},
+    ]
+    proc.stdin.write(b"".join(orjson.dumps(r) + b"\n" for r in requests))
+    await proc.stdin.drain()
+    answers = {}
+    async with asyncio.timeout(60):
+        while len(answers) < 3:
+            message = orjson.loads(await proc.stdout.readline())
+            answers[message["id"]] = message
+        proc.stdin.close()
+        _, err = await proc.communicate()
+    assert answers[1]["result"]["serverInfo"]["name"] == "subsessions"
+    for number in (2, 3):
+        assert "could not start" in answers[number]["error"]["message"], answers[number]
+        assert "writable by other users" in answers[number]["error"]["message"]
+    [line] = err.decode().splitlines()
+    assert line.startswith("subsessions: ") and "writable by other users" in line, line
+    assert proc.returncode == 1
