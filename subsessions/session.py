@@ -15,20 +15,19 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from attrs import frozen
-
 from subsessions import task
 from subsessions.budget import Budget
 from subsessions.children import CANCEL, Stop
 from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
 from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventHub, EventStream
+from subsessions.figures import Figures
 from subsessions.ids import new_session_id
 from subsessions.items import Item
 from subsessions.kit import Kit
 from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
-from subsessions.models.base import NO_USAGE, TokenUsage
+from subsessions.models.base import NO_USAGE
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
@@ -40,18 +39,6 @@ from subsessions.tree import SessionTree
 from subsessions.usage import Usage
 
 log = logging.getLogger("subsessions")
-
-
-@frozen
-class Figures:
-    """What a child's task ran up in another process (a shard), as its parent shows it:
-    `Session.apply` takes them in one place."""
-
-    token_usage: TokenUsage
-    turns: int
-    tool_calls: int
-    answered_by: str | None  # the fallback that answered last, when one did
-    spent: tuple[int, int] | None = None  # its meter (turns, tokens), descendants' included
 
 
 class Phase(enum.Enum):

@@ -26,12 +26,13 @@ from subsessions.children import CANCEL
 from subsessions.config import BUILTIN_TOOL_NAMES
 from subsessions.errors import BudgetExhausted, ConfigError, RemoteError, WorkerLost
 from subsessions.events import listening
+from subsessions.figures import Figures
 from subsessions.profiles import Profile
 from subsessions.ray import host
 from subsessions.ray.placement import ShardRef, Shards, import_ray
 from subsessions.ray.wire import ChildSpec, Outcome, RootSpec, ToolSpec
 from subsessions.runtime import Runtime
-from subsessions.session import Figures, Session
+from subsessions.session import Session
 from subsessions.settings import Settings
 
 log = logging.getLogger("subsessions")

@@ -27,11 +27,12 @@ from subsessions.errors import (
     error_text,
 )
 from subsessions.events import EventHub, SessionEvent, emit
+from subsessions.figures import Figures
 from subsessions.models.base import TokenUsage
 from subsessions.ray.channel import Message
 from subsessions.ray.wire import Call, Event, Request, Room, Spent
 from subsessions.runtime import Runtime
-from subsessions.session import Figures, Session
+from subsessions.session import Session
 from subsessions.usage import Usage
 
 log = logging.getLogger("subsessions")

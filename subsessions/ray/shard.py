@@ -23,6 +23,7 @@ from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.dispatch import Dispatcher
 from subsessions.errors import BudgetExhausted, RolloutError
 from subsessions.events import SessionEvent
+from subsessions.figures import Figures
 from subsessions.meter import Meter, Stop
 from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
@@ -32,7 +33,7 @@ from subsessions.ray.ledger import DriverLedger
 from subsessions.ray.wire import ChildSpec, Event, Outcome, RootSpec, Spent, ToolSpec
 from subsessions.rollouts.reader import read_rollout
 from subsessions.runtime import Runtime
-from subsessions.session import Figures, Session
+from subsessions.session import Session
 from subsessions.settings import Settings
 from subsessions.tools import builtin_tools
 from subsessions.tree import SessionTree
