@@ -221,6 +221,7 @@ def heads(home: Path) -> dict[str, bytes]:
     return firsts
 
 
+@pytest.mark.timeout(240)  # 12 cold processes, each spawning up to 1,600 children before its kill
 def test_every_rollout_on_disk_starts_with_its_session_meta_whenever_the_kill(
     tmp_path: Path,
 ) -> None:

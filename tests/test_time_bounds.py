@@ -4,6 +4,7 @@ that never ends is a failure naming the test, with a traceback, and the run goes
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import tomllib
 from pathlib import Path
@@ -28,9 +29,19 @@ def settings_of_this_suite() -> str:
     options = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"][
         "ini_options"]
     assert options["timeout"] == 60  # every test's bound unless it is marked
-    lines = [f"{key} = {value!r}".replace("'", '"') for key, value in options.items()
+    lines = [f"{key} = {toml_value(value)}" for key, value in options.items()
              if key not in ("testpaths", "addopts")]
     return "[tool.pytest.ini_options]\n" + "\n".join(lines) + "\n"
+
+
+def toml_value(value: object) -> str:
+    """TOML for the option values pyproject uses: strings (JSON's escapes are TOML's),
+    numbers, booleans and lists of them."""
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
 
 
 async def test_a_hanging_test_fails_with_a_traceback_and_the_run_goes_on(tmp_path: Path) -> None:
