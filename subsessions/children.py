@@ -17,6 +17,7 @@ from subsessions.errors import (
     ChildFailed,
     ChildNotFinished,
     InvalidArguments,
+    error_text,
 )
 from subsessions.usage import Usage
 
@@ -42,9 +43,19 @@ class ChildStatus(enum.Enum):
         return STATUS_WORDS[self]
 
 
-@define
+class Cancel(enum.Enum):
+    """A stop that ends a child cancelled (the other stop is a `BudgetExhausted`)."""
+
+    CANCEL = "cancel"
+
+
+CANCEL = Cancel.CANCEL
+Stop = Cancel | BudgetExhausted  # the first stop asked of a task: how it is to end
+
+
+@frozen
 class Pending:
-    task: asyncio.Task[str | None]
+    """Running (its task owned by the runtime; a stop reaches it through the child)."""
 
 
 @frozen
@@ -62,6 +73,7 @@ class Cancelled:
     pass
 
 
+PENDING = Pending()
 ChildState = Pending | Done | Failed | Cancelled
 Ending = Done | Failed | Cancelled
 STATUS_OF = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: ChildStatus.FAILED,
@@ -70,6 +82,21 @@ STATUS_OF = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: Child
 STATUS_WORDS = {ChildStatus.PENDING: "running", ChildStatus.CANCELLING: "running",
                 ChildStatus.DONE: "completed", ChildStatus.FAILED: "failed",
                 ChildStatus.CANCELLED: "cancelled"}
+
+
+def ending_of(task: asyncio.Task[Any], unwritten: Exception | None = None) -> Ending:
+    """How a finished child task ended, as its parent records it (`on_disk`)."""
+    if task.cancelled():
+        return Cancelled()
+    exc = task.exception()
+    return on_disk(Done(task.result()) if exc is None else Failed(error_text(exc)), unwritten)
+
+
+def on_disk(outcome: Ending, unwritten: Exception | None) -> Ending:
+    """A result counts only once it is in the rollout (`unwritten`: why it is not)."""
+    if unwritten is not None and isinstance(outcome, Done):
+        return Failed(str(unwritten))
+    return outcome
 
 
 @frozen
@@ -140,17 +167,17 @@ class ChildSession(Protocol):
     @property
     def answering_model(self) -> str: ...
     @property
-    def begun(self) -> bool: ...  # its current task has run its first line
-    @property
     def call_id(self) -> str | None: ...  # the call that spawned it
-    budget_stop: BudgetExhausted | None  # the budget stop its task ends with
+    @property
+    def stop(self) -> Stop | None: ...  # the first stop asked of its current task
     last_message: str | None
     @property
     def budget(self) -> Budget | None: ...
     taking_messages: bool  # its task will read sent messages before another model call
 
     def usage(self, include_children: bool = False) -> Usage: ...
-    def cancel_at_first_step(self) -> None: ...
+    def request_stop(self, budget: BudgetExhausted | None = None, *,
+                     deliver: bool = True) -> bool: ...
 
 
 S = TypeVar("S", bound=ChildSession)
@@ -160,7 +187,7 @@ S = TypeVar("S", bound=ChildSession)
 class ChildRecord(Generic[S]):
     """One child as its parent knows it. `settle` is the one terminal transition.
 
-    The status is derived from the state alone (plus the cancel flag while pending);
+    The status is derived from the state alone (plus the child's stop while pending);
     `finished` resolves at the settle, so waiters and the state never disagree.
     """
 
@@ -169,7 +196,6 @@ class ChildRecord(Generic[S]):
     ended_at: float | None = None
     waiters: int = 0  # waits in progress: an ending they see needs no notice
     waited: bool = False  # the parent has been told how this child ended
-    _cancel_requested: bool = field(default=False, init=False)
     finished: asyncio.Future[None] = field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -186,43 +212,30 @@ class ChildRecord(Generic[S]):
 
     @property
     def status(self) -> ChildStatus:
-        if isinstance(self._state, Pending) and self._cancel_requested:
+        if isinstance(self._state, Pending) and self.session.stop is not None:
             return ChildStatus.CANCELLING
         return STATUS_OF[type(self._state)]
 
     def cancel(self, budget: BudgetExhausted | None = None, *, deliver: bool = True) -> bool:
-        """Deliver a cancel once (a second would interrupt the child's own clean-up); the
-        first one wins. With `budget`, the child ends `budget_limited` instead of cancelled;
-        without `deliver`, the child is ending so by itself and later cancels are nothing.
-        A child that has not run its first line yet is told to end there, so its own
-        `finally` still writes its ending."""
-        if not isinstance(self._state, Pending) or self._cancel_requested:
+        """Stop a running child: the child's `request_stop` (first stop wins); nothing
+        once it has settled."""
+        if not isinstance(self._state, Pending):
             return False
-        self._cancel_requested = True
-        if budget is not None:
-            self.session.budget_stop = budget
-        if not deliver:
-            return True
-        if self.session.begun:
-            self._state.task.cancel()
-        else:
-            self.session.cancel_at_first_step()
-        return True
+        return self.session.request_stop(budget, deliver=deliver)
 
-    def restart(self, task: asyncio.Task[str | None]) -> None:
+    def restart(self) -> None:
         """An ended child runs a follow-up task: a new pending state and a new ending."""
         if isinstance(self._state, Pending):
             raise RuntimeError(f"child {self.session.session_id} is running")
-        self._state = Pending(task)
+        self._state = PENDING
         self.ended_at = None
         self.waited = False
-        self._cancel_requested = False
         self.finished = asyncio.get_running_loop().create_future()
 
     @property
     def accepting(self) -> bool:
         """Running and not ending: a message sent now is read before its next model call."""
-        return (isinstance(self._state, Pending) and not self._cancel_requested
+        return (isinstance(self._state, Pending) and self.session.stop is None
                 and self.session.taking_messages)
 
     def settle(self, outcome: Ending) -> None:

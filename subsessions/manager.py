@@ -22,6 +22,7 @@ from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
 from subsessions.children import (
+    PENDING,
     Cancelled,
     ChildInfo,
     ChildRecord,
@@ -29,7 +30,6 @@ from subsessions.children import (
     Done,
     Ending,
     Failed,
-    Pending,
     RunResult,
     WaitResult,
 )
@@ -39,8 +39,9 @@ from subsessions.errors import (
     InvalidArguments,
     SessionBusy,
     UnknownSession,
-    error_text,
 )
+from subsessions.kit import Kit
+from subsessions.loop import run_child
 from subsessions.member import Member
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts import records
@@ -52,12 +53,12 @@ Record = ChildRecord[Member]
 class SubsessionManager:
     """The children of one session. Limits are counted over the root's whole tree."""
 
-    __slots__ = ("_child_configs", "_children", "_session", "_unnoticed")
+    __slots__ = ("_children", "_kits", "_session", "_unnoticed")
 
     def __init__(self, session: Member) -> None:
         self._session = session
         self._children: dict[str, Record] = {}
-        self._child_configs: dict[str | Profile, tuple[Profile, SessionConfig]] = {}
+        self._kits: dict[str | Profile, Kit] = {}  # what siblings of one profile share
         self._unnoticed: list[Record] = []  # ended children the parent was not told of yet
 
     def __repr__(self) -> str:
@@ -73,8 +74,8 @@ class SubsessionManager:
         """The definitions (name, description, parameters) of this session's tools that an
         agent's allowlist admits, in allowlist order: what that agent's model is told.
         Nothing for an agent without an allowlist: it sees the session's whole list anyway."""
-        profile = self._child_config(agent)[0]
-        if profile.tools is None:
+        profile = self._kit(agent).profile
+        if profile is None or profile.tools is None:
             return []
         return [
             {"name": t.name, "description": t.description, "parameters": t.parameters}
@@ -100,35 +101,24 @@ class SubsessionManager:
             raise InvalidArguments("spawn_child", "prompt must be a non-empty string")
         if budget is not None and not isinstance(budget, Budget):
             raise InvalidArguments("spawn_child", "budget must be a Budget or None")
-        if not isinstance(profile, str | Profile):  # a SessionConfig (used as given) or junk
-            chosen, config = self._child_config(profile)
-        else:  # same profile, same parent: same derived config
-            derived = self._child_configs.get(profile)
-            if derived is None:
-                derived = self._child_configs[profile] = self._child_config(profile)
-            chosen, config = derived
-        tree = parent.tree
-        await tree.admit(parent.depth)
-        try:
+        kit = self._kit(profile)
+        with await parent.tree.reserve(parent.depth) as place:  # given back if it fails
             call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
             if not parent.is_child:  # a top-level rollout starts with its first task or child
                 parent.write_meta()
-            child = parent.new_child(config, chosen, call_id, budget)
-            task = runtime.spawn_task(child.run_task(prompt), f"subsession-{child.session_id}")
-        except BaseException:
-            tree.unadmit()  # it never starts: what admitting it took is given back
-            raise
+            child = parent.new_child(kit, call_id, budget)
+            record = Record(child, PENDING)
+            runtime.spawn_task(run_child(child, prompt, partial(self._settle, record)),
+                               f"subsession-{child.session_id}")
+            place.commit()
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
         # naming a child that has no rollout.
         parent.recorder.before_flush(child.hand_over_head)
-        record = Record(child, Pending(task))
         self._children[child.session_id] = record
-        tree.child_started()
         parent.recorder.event(records.background(
             f"spawned child session {child.session_id} with model {child.model}"
         ))
-        task.add_done_callback(partial(self._on_task_done, record))
         runtime.dispatcher.child_started(parent, child, call_id)
         return child.session_id
 
@@ -137,37 +127,31 @@ class SubsessionManager:
         if parent.is_child and parent.ended:
             raise SessionBusy(parent.session_id, f"has ended; it cannot {what}")
 
-    def _child_config(
-        self, profile: str | Profile | SessionConfig
-    ) -> tuple[Profile, SessionConfig]:
+    def _kit(self, profile: str | Profile | SessionConfig) -> Kit:
+        """What a child spawned from `profile` is made of: one kit per profile for the
+        siblings under this parent (a host's SessionConfig is used as given)."""
         parent = self._session
         if isinstance(profile, SessionConfig):
-            return as_child_config(profile, parent.model, parent.cwd)
+            return self._new_kit(*as_child_config(profile, parent.model, parent.cwd))
         if not isinstance(profile, str | Profile):
             raise InvalidArguments(
                 "spawn_child", "profile must be a profile name, a Profile or a SessionConfig"
             )
-        chosen = resolve_profile(profile, self.profiles())
-        return chosen, parent.child_config(chosen)  # persona and memory stay out there
+        kit = self._kits.get(profile)
+        if kit is None:
+            chosen = resolve_profile(profile, self.profiles())
+            # persona and memory stay out in derive_config
+            kit = self._kits[profile] = self._new_kit(chosen, parent.child_config(chosen))
+        return kit
+
+    def _new_kit(self, profile: Profile, config: SessionConfig) -> Kit:
+        parent = self._session
+        return Kit(config, profile, {t.name: t for t in config.tools},
+                   parent.child_tool_context(), parent.tree, parent.depth + 1)
 
     # -- endings ----------------------------------------------------------------------------
-    def _on_task_done(self, record: Record, task: asyncio.Task[str | None]) -> None:
-        outcome: Ending
-        if task.cancelled():
-            outcome = Cancelled()
-        elif (exc := task.exception()) is not None:
-            outcome = Failed(error_text(exc))
-        else:
-            outcome = Done(task.result())
-        settle = partial(self._settle, record, outcome)
-        try:
-            record.session.recorder.flush_then(settle)  # settled once the ending is on disk
-        except RuntimeError:  # writer already closed: nothing more can reach the disk
-            settle(None)
-
-    def _settle(self, record: Record, outcome: Ending, error: Exception | None) -> None:
-        if error is not None and isinstance(outcome, Done):
-            outcome = Failed(str(error))  # the result never reached the disk
+    def _settle(self, record: Record, outcome: Ending) -> None:
+        """A child's ending is on disk (called from its own task's `finally`)."""
         record.settle(outcome)
         parent = self._session
         parent.tree.child_ended()
@@ -337,15 +321,6 @@ class SubsessionManager:
             child.cancel(budget)
         return pending
 
-    def stop_child(self, session_id: str, budget: BudgetExhausted) -> None:
-        """A child's budget limit was reached: it ends `budget_limited` (unless a cancel
-        came first)."""
-        self._lookup(session_id).cancel(budget)
-
-    def claim_stop(self, session_id: str, budget: BudgetExhausted) -> None:
-        """A child is ending on a budget by itself: later cancels change nothing."""
-        self._lookup(session_id).cancel(budget, deliver=False)
-
     async def send_message(self, session_id: str, message: str) -> str:
         """To a running child: the message joins its history before its next model call
         (`"queued"`). To an ended one: a follow-up task on the same history and rollout,
@@ -367,13 +342,13 @@ class SubsessionManager:
         runtime = parent.runtime
         runtime.check_open()
         self._check_can_start("send messages to its sub-sessions")
-        parent.tree.check_running()
         child = record.session
-        child.prepare_follow_up()
-        task = runtime.spawn_task(child.run_task(message), f"subsession-{child.session_id}")
-        record.restart(task)
+        with parent.tree.reserve_follow_up() as place:
+            child.prepare_follow_up()
+            runtime.spawn_task(run_child(child, message, partial(self._settle, record)),
+                               f"subsession-{child.session_id}")
+            place.commit()
+        record.restart()
         if record in self._unnoticed:  # its earlier ending needs no notice any more
             self._unnoticed.remove(record)
-        parent.tree.child_started()
-        task.add_done_callback(partial(self._on_task_done, record))
         runtime.dispatcher.child_started(parent, child, child.call_id or "")

@@ -112,15 +112,27 @@ class Meter:
         """What is left of this meter's limits (a spent limit is 0)."""
         return left(self.limits, self.turns, self.tokens, self.elapsed())
 
-    def charge(self, tokens: int, wants_more: bool) -> tuple[Meter, BudgetExhausted] | None:
-        """Count one model call and its tokens up the chain. The highest meter whose limit
-        is now reached, and how: tokens when spent, turns when another call is wanted."""
-        if not self.active:
+    def grant(self) -> int | None:
+        """A turn counted ahead of its call, which another process makes (a shard): its
+        number in this meter's count, or None when the limit leaves none."""
+        limit = self.limits.max_turns
+        if limit is not None and self.turns >= limit:
             return None
         self.turns += 1
-        root = self.root
-        if root is not self:
-            root.turns += 1
+        return self.turns
+
+    def charge(self, tokens: int, wants_more: bool,
+               granted: bool = False) -> tuple[Meter, BudgetExhausted] | None:
+        """Count one model call (unless `granted`: counted at its grant) and its tokens up
+        the chain. The highest meter whose limit is now reached, and how: tokens when
+        spent, turns when another call is wanted."""
+        if not self.active:
+            return None
+        if not granted:
+            self.turns += 1
+            root = self.root
+            if root is not self:
+                root.turns += 1
         return self._highest(tokens, wants_more, False)
 
     def spent(self) -> tuple[Meter, BudgetExhausted] | None:

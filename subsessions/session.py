@@ -17,11 +17,14 @@ from typing import Any
 
 from subsessions import task
 from subsessions.budget import Budget
+from subsessions.children import CANCEL, Stop
 from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
 from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventHub, EventStream
+from subsessions.figures import Figures
 from subsessions.ids import new_session_id
 from subsessions.items import Item
+from subsessions.kit import Kit
 from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
 from subsessions.models.base import NO_USAGE
@@ -29,7 +32,6 @@ from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
 from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
-from subsessions.router import ToolRouter
 from subsessions.runtime import Runtime
 from subsessions.tools import ToolContext, builtin_tools
 from subsessions.tools.context import sandbox_policy
@@ -53,12 +55,11 @@ class Session:
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
-        "_begun", "_cancel_at_first_step", "_child_context", "_notes", "_phase",
-        "_subsessions", "_task", "answered_by", "budget_stop", "call_id", "config", "cwd",
-        "depth", "elsewhere", "events", "forked_from", "history", "inbox", "instructions",
-        "last_message", "mailbox", "max_turns", "meter", "model", "parent", "profile",
-        "recorder", "resume_report", "root", "router", "runtime", "session_id", "source",
-        "started_at", "taking_messages", "token_usage", "tool_context", "tree", "turns",
+        "_child_context", "_notes", "_phase", "_subsessions", "_task", "answered_by",
+        "call_id", "cwd", "depth", "elsewhere", "events", "forked_from", "history", "inbox",
+        "instructions", "kit", "last_message", "mailbox", "max_turns", "meter", "model",
+        "parent", "recorder", "resume_report", "root", "runtime", "session_id", "source",
+        "started_at", "stop", "taking_messages", "token_usage", "tool_calls", "tree", "turns",
     )
 
     def __init__(
@@ -74,17 +75,18 @@ class Session:
         tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
         session_id: str | None = None,  # a host's own id for a new top-level session
         budget: Budget | None = None,  # a child's, asked for at spawn (besides its config's)
+        kit: Kit | None = None,  # a child's, shared with its siblings (`child_kit`)
     ) -> None:
         self.session_id = resumed[0] if resumed else session_id or new_session_id()
         self.runtime = runtime
-        self.config = config
+        if kit is not None:
+            config, profile = kit.config, kit.profile
         self.parent = parent
         self.root: Session = parent.root if parent is not None else self
         self.tree: SessionTree = (
             parent.tree if parent is not None else SessionTree(config, runtime.profiles)
         )
         self.depth: int = parent.depth + 1 if parent is not None else 0
-        self.profile = profile
         self.call_id = call_id
         self.source = source
         self.model = config.model or runtime.model
@@ -98,13 +100,12 @@ class Session:
             self.tree.child_meter(parent.meter, budget.clamp(config.budget) if budget
                                   else config.budget, self.stop_for_budget)
         )
-        self.budget_stop: BudgetExhausted | None = None  # the budget stop its task ends with
+        self.stop: Stop | None = None  # the first stop asked of its task (first wins)
         self.last_message: str | None = None  # its last assistant message so far
         self.inbox: list[str] = []  # messages sent while it runs, read before its next call
         self.taking_messages = parent is not None  # a queued child reads its inbox first
         self.mailbox: Callable[[str], Awaitable[bool]] | None = None  # a remote task's inbox
-        self._task: asyncio.Task[object] | None = None  # its running task
-        self._begun = False  # its current task has run its first line
+        self._task: asyncio.Task[object] | None = None  # its task, from its first line
         self.started_at = time.time()
         self.recorder = RolloutRecorder(
             runtime.writer,
@@ -118,14 +119,10 @@ class Session:
         )
         self._subsessions: SubsessionManager | None = None  # made when first asked for
         self._child_context: ToolContext | None = None
-        self.tool_context = tool_context or self._own_tool_context()
-        tools = config.tools
-        if self.tool_context is not None and parent is None:
-            tools += builtin_tools(self.tool_context, _builtin_names(config))
-        self.router = ToolRouter(self, {t.name: t for t in tools})
+        self.kit = kit or self._own_kit(config, profile, tool_context)
+        self.tool_calls = 0  # function calls run
         self.answered_by: str | None = None  # the model that answered last, if not `model`
         self._phase = Phase.OPEN if resumed is not None else Phase.NEW  # keeps its first meta
-        self._cancel_at_first_step = False
         self._notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
         self.forked_from: str | None = None
         self.resume_report: str | None = None  # what resuming or forking read and skipped
@@ -175,11 +172,6 @@ class Session:
         return None if limits.unlimited else limits
 
     @property
-    def begun(self) -> bool:
-        """Its current task has run its first line (a cancel can reach it in flight)."""
-        return self._begun
-
-    @property
     def ended(self) -> bool:
         return self._phase in (Phase.ENDED, Phase.RELEASED)
 
@@ -198,8 +190,16 @@ class Session:
         return self.recorder.path
 
     @property
-    def tool_calls(self) -> int:
-        return self.router.calls
+    def config(self) -> SessionConfig:
+        return self.kit.config
+
+    @property
+    def profile(self) -> Profile | None:
+        return self.kit.profile
+
+    @property
+    def tool_context(self) -> ToolContext | None:
+        return self.kit.tool_context
 
     @property
     def answering_model(self) -> str:
@@ -208,7 +208,7 @@ class Session:
 
     def allows(self, tool_name: str) -> bool:
         """Whether this session's profile allowlist admits a tool (no profile admits all)."""
-        return self.profile is None or self.profile.allows(tool_name)
+        return self.kit.allows(tool_name)
 
     @property
     def offers_subsession_tools(self) -> bool:
@@ -217,11 +217,11 @@ class Session:
 
     def tools(self) -> tuple[Tool, ...]:
         """The tools this session's model may call besides the engine's own."""
-        return self.router.tools()
+        return tuple(self.kit.tools.values())
 
     def tool_specs(self) -> tuple[dict[str, Any], ...]:
         """What the model is offered (fixed for the session's life)."""
-        return self.router.specs()
+        return self.kit.specs()
 
     def usage(self, include_children: bool = False) -> Usage:
         """Tokens, tool calls and model turns of this session (and its whole tree)."""
@@ -237,6 +237,16 @@ class Session:
         tree = self._subsessions.tree() if self._subsessions is not None else []
         return Usage.total([own, *(s.usage() for s in tree), *self.elsewhere.values(),
                             *(u for s in tree for u in s.elsewhere.values())])
+
+    def apply(self, figures: Figures) -> None:
+        """Its figures from the process its task runs in (a shard): usage, the answering
+        model, and what its meter has counted."""
+        self.token_usage = figures.token_usage
+        self.turns = figures.turns
+        self.tool_calls = figures.tool_calls
+        self.answered_by = figures.answered_by
+        if figures.spent is not None:
+            self.meter.turns, self.meter.tokens = figures.spent
 
     # -- listeners and host answers ---------------------------------------------------------
     def on(self, handler: EventHandler) -> Callable[[], None]:
@@ -261,18 +271,21 @@ class Session:
             self._child_context = self.tool_context.for_child()
         return self._child_context
 
-    def _own_tool_context(self) -> ToolContext | None:
-        """A top-level session's workspace and policies, when it asked for built-in tools."""
-        config = self.config
-        if not config.builtin_tools or self.parent is not None:
-            return None
-        return ToolContext(
-            cwd=self.cwd, sandbox=config.sandbox, network_access=config.network_access,
-            read_only_paths=(str(self.runtime.home),),
-            approval=config.approval, env_policy=config.env_policy,
-            max_processes=config.max_processes,
-            ask_permission=partial(self.runtime.dispatcher.request_permission, self),
-        )
+    def _own_kit(self, config: SessionConfig, profile: Profile | None,
+                 context: ToolContext | None) -> Kit:
+        """A session's own kit: a top-level session's built-in tools are bound to its own
+        workspace and permission handler; another's context comes made (a child's)."""
+        tools = config.tools
+        if context is None and config.builtin_tools and self.parent is None:
+            context = ToolContext(
+                cwd=self.cwd, sandbox=config.sandbox, network_access=config.network_access,
+                read_only_paths=(str(self.runtime.home),),
+                approval=config.approval, env_policy=config.env_policy,
+                max_processes=config.max_processes,
+                ask_permission=partial(self.runtime.dispatcher.request_permission, self),
+            )
+            tools += builtin_tools(context, _builtin_names(config))
+        return Kit(config, profile, {t.name: t for t in tools}, context, self.tree, self.depth)
 
     def child_config(self, profile: Profile) -> SessionConfig:
         """A child's config (`derive_config`); built-in tools are made anew for the child,
@@ -285,12 +298,10 @@ class Session:
         return derive_config(self.config, profile, model=self.model, cwd=self.cwd,
                              builtins=builtins)
 
-    def new_child(self, config: SessionConfig, profile: Profile, call_id: str,
-                  budget: Budget | None = None) -> Session:
+    def new_child(self, kit: Kit, call_id: str, budget: Budget | None = None) -> Session:
         """What the manager asks for: a child session, not started."""
-        return Session(self.runtime, config, parent=self, profile=profile, call_id=call_id,
-                       source="subagent", tool_context=self.child_tool_context(),
-                       budget=budget)
+        return Session(self.runtime, kit.config, parent=self, kit=kit, call_id=call_id,
+                       source="subagent", budget=budget)
 
     def hand_over_head(self) -> None:
         """A spawned child's first lines to the writer, before its parent's line naming it."""
@@ -304,12 +315,13 @@ class Session:
         return sandbox_policy(self.config.sandbox, self.config.network_access)
 
     @property
-    def cancel_requested(self) -> bool:
-        return self._cancel_at_first_step
+    def budget_stop(self) -> BudgetExhausted | None:
+        """The budget stop its task ends with, if its stop is one."""
+        stop = self.stop
+        return stop if isinstance(stop, BudgetExhausted) else None
 
     def task_begins(self) -> None:
         self._task = asyncio.current_task()
-        self._begun = True
         if self.parent is None:
             self.tree.root_busy(True)
         else:
@@ -326,33 +338,39 @@ class Session:
     def prepare_follow_up(self) -> None:
         """Before a new task of an ended child (send_message): nothing of the last one's
         ending carries over."""
-        self._begun = False
-        self._cancel_at_first_step = False
-        self.budget_stop = None
+        self.stop = None
         self.taking_messages = True
 
-    # -- budgets ----------------------------------------------------------------------------
+    # -- stops: a cancel or a budget, the first one wins ---------------------------------
+    def request_stop(self, budget: BudgetExhausted | None = None, *,
+                     deliver: bool = True) -> bool:
+        """Stop its task (with `budget`: it ends `budget_limited`, else cancelled) unless a
+        stop came first; False then, or once a child has ended. Without `deliver` the task
+        is ending so by itself. A task that has not run its first line yet ends there, so
+        its own `finally` still writes its ending."""
+        if self.stop is not None or (self.parent is not None and self.ended):
+            return False
+        self.stop = CANCEL if budget is None else budget
+        running = self._task
+        if deliver and running is not None and running is not asyncio.current_task():
+            running.cancel()
+        return True
+
     def claim_budget_stop(self, error: BudgetExhausted) -> None:
         """Its task is ending by itself on a budget: a cancel that comes later is no other
         ending (first wins)."""
-        if self.parent is not None:
-            self.parent.subsessions.claim_stop(self.session_id, error)
-        elif self.budget_stop is None:
-            self.budget_stop = error
+        self.request_stop(error, deliver=False)
 
     def stop_for_budget(self, error: BudgetExhausted) -> None:
         """A limit of its meter was reached elsewhere (a descendant's tokens, the clock):
         its task is cancelled as `budget_limited`, and its descendants end the same way."""
-        if self.parent is not None:
-            self.parent.subsessions.stop_child(self.session_id, error)
-            return
         running = self._task
-        if running is None:  # an idle top-level session: its running children end
+        if self.parent is not None:
+            self.request_stop(error)
+        elif running is None:  # an idle top-level session: its running children end
             self.subsessions.stop_all_children(error)
-        elif running is not asyncio.current_task() and not running.cancelling() and (
-                self.budget_stop is None):
-            self.budget_stop = error
-            running.cancel()
+        elif not running.cancelling():  # a host's cancel came first
+            self.request_stop(error)
 
     async def take_message(self, message: str) -> bool:
         """A message for its running task, read before its next model call; False when the
@@ -361,11 +379,6 @@ class Session:
             return await self.mailbox(message)
         self.inbox.append(message)
         return True
-
-    def cancel_at_first_step(self) -> None:
-        """A cancel for a task not started yet: delivered at its first line, so the task's
-        own `finally` writes its ending."""
-        self._cancel_at_first_step = True
 
     # -- the task loop ----------------------------------------------------------------------
     async def send_and_wait(self, prompt: str, timeout: float | None = None) -> str | None:
@@ -382,9 +395,14 @@ class Session:
                                    "seconds, or None")
         return await self.runtime.run_owned(self.run_task(prompt), self.session_id, timeout)
 
+    def child_task(self, prompt: str) -> Awaitable[str | None]:
+        """A child's task, claimed as its own task runs its first line (`run_child` awaits
+        it): its backend's coroutine, without a frame of the session's."""
+        return (self.runtime.backend or task.IN_PROCESS).run_task(self, prompt, self._claim())
+
     async def run_task(self, prompt: str, first: bool | None = None) -> str | None:
-        """One task, claimed here unless the caller claimed it (`first` known): one frame
-        per running child, not two."""
+        """One task of a top-level session (or a shard's child), claimed here unless the
+        caller claimed it (`first` known: a woken task)."""
         if first is None:
             if not isinstance(prompt, str) or not prompt.strip():
                 raise InvalidArguments("send_and_wait", "prompt must be a non-empty string")
@@ -405,7 +423,7 @@ class Session:
             raise SessionBusy(self.session_id)
         first = not self.started
         if self.parent is None:
-            self.budget_stop = None  # a top-level session's earlier task ended by a budget
+            self.stop = None  # a top-level session's earlier task ended by a budget
         if self.released:
             self._reload()
         self.write_meta()
@@ -436,15 +454,12 @@ class Session:
         """Drop what only a task needs (history, tools) once a child has ended and its rollout
         is written: a long-lived parent of many children must not hold every transcript."""
         self.history = []
-        self.router.replace_tools(())
         self._child_context = None
         self._phase = Phase.RELEASED
 
     def _reload(self) -> None:
-        """Before a released child runs again: its history from its rollout, its tools from
-        its config (a child's tools are all there)."""
+        """Before a released child runs again: its history from its rollout."""
         self.history = read_rollout(self.recorder.path).response_items()
-        self.router.replace_tools(self.config.tools)
         self._phase = Phase.IDLE
 
     def note(self, message: str) -> None:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
+from subsessions.children import Stop
 from subsessions.errors import (
     BudgetExhausted,
     MaxTurnsExceeded,
@@ -33,7 +34,7 @@ from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.rollouts import records
-from subsessions.router import RouterHost, ToolRouter
+from subsessions.router import RouterHost, call_tool
 
 
 class TaskHost(RouterHost, Protocol):
@@ -44,7 +45,6 @@ class TaskHost(RouterHost, Protocol):
     token_usage: TokenUsage
     answered_by: str | None  # the model that answered last, when it was not `model`
     meter: Meter  # what it spent against its budget (and its ancestors')
-    budget_stop: BudgetExhausted | None  # the budget stop this task ends with, once claimed
     last_message: str | None  # its last assistant message so far
     inbox: list[str]  # messages sent to it while it runs (send_message)
     taking_messages: bool  # its task will read the inbox before another model call
@@ -59,11 +59,11 @@ class TaskHost(RouterHost, Protocol):
     @property
     def max_turns(self) -> int: ...
     @property
-    def router(self) -> ToolRouter: ...
-    @property
     def sandbox_policy(self) -> dict[str, Any]: ...  # Codex's shape, for turn_context
     @property
-    def cancel_requested(self) -> bool: ...  # a cancel that came before the first step
+    def stop(self) -> Stop | None: ...  # the first stop asked of this task
+    @property
+    def budget_stop(self) -> BudgetExhausted | None: ...  # its stop, if a budget's
 
     def task_begins(self) -> None: ...  # its task runs its first line
     def task_ended(self) -> None: ...  # its terminal record is written
@@ -103,9 +103,10 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
     since = len(host.history)
     host.task_begins()
     try:
-        if host.budget_stop is not None:  # stopped by a budget before its first line
-            raise _fresh(host.budget_stop)
-        if host.cancel_requested:
+        stop = host.stop
+        if isinstance(stop, BudgetExhausted):  # stopped by a budget before its first line
+            raise _fresh(stop)
+        if stop is not None:  # cancelled before its first line
             raise asyncio.CancelledError
         if host.meter.active and not (first and host.is_child):  # (clamped at spawn)
             _check(host, host.meter.spent())
@@ -264,8 +265,8 @@ async def _turns(host: TaskHost) -> str | None:
             model=host.model,
             instructions=host.instructions,
             items=tuple(host.history),
-            tools=host.router.specs(),
-            fallback_models=host.profile.fallback_models if host.profile else (),
+            tools=host.kit.specs(),
+            fallback_models=host.kit.fallback_models,
             tool_choice=tool_choice,
         )
         host.turns += 1
@@ -299,11 +300,10 @@ async def _turns(host: TaskHost) -> str | None:
                 continue
             return answer
         tool_choice = "auto"
-        router = host.router
         if len(calls) == 1:
-            outputs = [await router.call(calls[0])]
+            outputs = [await call_tool(host, calls[0])]
         else:
-            outputs = await asyncio.gather(*(router.call(c) for c in calls))
+            outputs = await asyncio.gather(*(call_tool(host, c) for c in calls))
         for output in outputs:
             host.history.append(output)
             recorder.record("response_item", output)

@@ -8,7 +8,7 @@ meter; a child's budget is clamped here to what its parent and the tree have lef
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from attrs import define, field
@@ -16,6 +16,7 @@ from attrs import define, field
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig
 from subsessions.errors import ChildLimitReached, DepthLimitReached
+from subsessions.ledger import LOCAL, TreeLedger
 from subsessions.meter import Alarms, Meter, Stop
 from subsessions.profiles import LoadedProfile, Profile, profile_namespace
 from subsessions.specs import tool_specs
@@ -24,20 +25,41 @@ Specs = tuple[dict[str, Any], ...]
 NO_BUDGET = Budget()
 
 
+@define(eq=False, repr=False)
+class Reservation:
+    """A new child's place in its tree, held from before the child is built until it
+    starts (`commit`); on every other path leaving the `with` gives it back."""
+
+    _tree: SessionTree
+    _open: bool = True
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._open:
+            self._open = False
+            self._tree.ledger.give_back()
+
+    def commit(self) -> None:
+        """Its child started: it counts as running until it ends."""
+        if not self._open:
+            raise RuntimeError("a reservation is committed or given back once")
+        self._open = False
+        self._tree.child_started()
+
+
 @define(eq=False)
 class SessionTree:
     config: SessionConfig  # the root's: limits, custom agents, the host's handlers and hooks
     _loaded: Mapping[str, LoadedProfile]
+    ledger: TreeLedger = field(default=LOCAL, kw_only=True)  # who else counts this tree
     _running: int = field(default=0, init=False)
     meter: Meter | None = field(default=None, init=False)  # the root's: the tree's budget
     alarms: Alarms = field(factory=Alarms, init=False)  # the tree's limits on seconds
     _root_busy: bool = field(default=False, init=False)  # the root runs a task
     _profiles: dict[str, Profile] | None = field(default=None, init=False)
     _subsession_specs: Specs | None = field(default=None, init=False)
-    # tool specs by (config id, profile, depth), with the config kept alive
-    _spec_cache: dict[tuple[int, Profile | None, int], tuple[object, Specs]] = field(
-        factory=dict, init=False
-    )
 
     def __repr__(self) -> str:
         return (f"<SessionTree running={self._running}/{self.max_children} "
@@ -63,12 +85,18 @@ class SessionTree:
         if self._running >= self.max_children:
             raise ChildLimitReached(self.max_children)
 
-    async def admit(self, parent_depth: int) -> None:
-        """`check_room`, where a tree shared with another process asks the one counting it."""
+    async def reserve(self, parent_depth: int) -> Reservation:
+        """A place for a new child below `parent_depth`, taken before the child is built
+        (and from the ledger's process, when another one counts the tree too)."""
         self.check_room(parent_depth)
+        await self.ledger.reserve()
+        return Reservation(self)
 
-    def unadmit(self) -> None:
-        """An admitted child did not start after all (nothing is taken in process)."""
+    def reserve_follow_up(self) -> Reservation:
+        """A place for an ended child's next task (send_message): no depth to check."""
+        self.check_running()
+        self.ledger.reserve_now()
+        return Reservation(self)
 
     def check_running(self) -> None:
         """Refuse one more running child beyond the tree's running limit."""
@@ -76,20 +104,21 @@ class SessionTree:
             raise ChildLimitReached(self.max_children)
 
     def child_started(self) -> None:
+        """A reserved child started (`Reservation.commit`)."""
         self._running += 1
         if self.meter is not None and self.meter.active:
             self.meter.arm()
 
     def child_ended(self) -> None:
         self._running -= 1
+        self.ledger.ended()
         if self.meter is not None and self.meter.active:
             self._quiet()
 
     def respond(self, host: Any, client: Any, request: Any) -> Awaitable[Any]:
-        """One model call of a session of this tree (a tree counted in another process,
-        a shard's share of it, tells that process first)."""
-        call: Awaitable[Any] = client.respond(request)
-        return call
+        """One model call of a session of this tree (through its ledger: a tree counted in
+        another process too grants each call there first)."""
+        return self.ledger.respond(host, client, request)
 
     def root_busy(self, busy: bool) -> None:
         """The root's task started or ended: the tree's clock rings only while work runs."""
@@ -126,16 +155,3 @@ class SessionTree:
         if self._subsession_specs is None:
             self._subsession_specs = tool_specs(self.profiles())
         return self._subsession_specs
-
-    def specs_for(
-        self, config: object, profile: Profile | None, depth: int, build: Callable[[], Specs]
-    ) -> Specs:
-        """What a session's model is offered: the same for siblings spawned from one
-        profile, so built once per (config, profile, depth) in the tree."""
-        key = (id(config), profile, depth)
-        cached = self._spec_cache.get(key)
-        if cached is not None and cached[0] is config:
-            return cached[1]
-        specs = build()
-        self._spec_cache[key] = (config, specs)
-        return specs

@@ -19,7 +19,7 @@ from subsessions import (
     ScriptedModel,
     SessionConfig,
 )
-from subsessions.children import ChildRecord, Done, Failed, Pending
+from subsessions.children import PENDING, ChildRecord, Done, Failed
 from subsessions.events import SessionEvent
 from subsessions.rollouts.reader import read_rollout
 from subsessions.testing import plain_ending
@@ -112,11 +112,9 @@ async def test_settle_is_the_one_terminal_transition() -> None:
         def cancel_at_first_step(self) -> None:
             raise AssertionError("not needed")
 
-    task = asyncio.get_running_loop().create_task(asyncio.sleep(0))
-    record: ChildRecord[Any] = ChildRecord(Child(), Pending(task))
+    record: ChildRecord[Any] = ChildRecord(Child(), PENDING)
     record.settle(Done("answer"))
     assert record.finished.done() and record.result() == "answer"
     with pytest.raises(RuntimeError, match="has ended already"):
         record.settle(Failed("late"))
     assert record.result() == "answer"  # the first ending stands
-    await task

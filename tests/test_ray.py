@@ -622,16 +622,18 @@ async def _until(condition: Any) -> None:
 async def test_a_spawn_failing_on_a_shard_gives_back_what_the_driver_admitted(
     home: Path, script: Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A shard's side of a tree (its stand-in's `ShardTree`) spawning against the driver's
-    real admission (`Answerer`), joined by their real channel in this process: a spawn that
-    fails once the driver admitted it is given back, so spawns up to the limit still start."""
+    """A shard's side of a tree (its stand-in's tree keeping a `DriverLedger`) spawning
+    against the driver's real admission (`Answerer`), joined by their real channel in this
+    process: a spawn that fails once the driver counted it gives its place back, so spawns
+    up to the limit still start."""
     import os
     from types import SimpleNamespace
 
     from subsessions import ChildLimitReached
     from subsessions.ray.channel import Channel
     from subsessions.ray.host import Answerer
-    from subsessions.ray.shard import ShardTree
+    from subsessions.ray.ledger import DriverLedger
+    from subsessions.tree import SessionTree
 
     async with Engine(home, model_client=script.model) as engine:
         config = SessionConfig(custom_agents=(WORKER,), max_children=2)
@@ -646,8 +648,8 @@ async def test_a_spawn_failing_on_a_shard_gives_back_what_the_driver_admitted(
                 answerer.receive(shard, await channel.outbox.get())
 
         stand_in = Session(engine.runtime, config, resumed=(root.session_id, os.devnull))
-        stand_in.tree = ShardTree(config, engine.runtime.profiles, channel=channel,
-                                  root_id=root.session_id)
+        stand_in.tree = SessionTree(config, engine.runtime.profiles,
+                                    ledger=DriverLedger(channel, root.session_id))
         pumping = asyncio.get_running_loop().create_task(pump())
         real = Session.new_child
 

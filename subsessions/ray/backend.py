@@ -22,9 +22,11 @@ from typing import Any
 from attrs import define, evolve, field
 
 from subsessions import task
+from subsessions.children import CANCEL
 from subsessions.config import BUILTIN_TOOL_NAMES
 from subsessions.errors import BudgetExhausted, ConfigError, RemoteError, WorkerLost
 from subsessions.events import listening
+from subsessions.figures import Figures
 from subsessions.profiles import Profile
 from subsessions.ray import host
 from subsessions.ray.placement import ShardRef, Shards, import_ray
@@ -115,7 +117,7 @@ class RayBackend:
         return self._run_remote(host_session, prompt, first)
 
     async def _run_remote(self, child: Session, prompt: str, first: bool) -> str | None:
-        if child.cancel_requested or child.budget_stop is not None:  # stopped before it began
+        if child.stop is not None:  # stopped before it began
             return await task.run(child, prompt, first)  # it ends here, as in process
         child.task_begins()  # from here a cancel reaches this task, and through it the shard
         child.meter.disarm()  # its clock rings on the shard, which counts what it spends
@@ -126,7 +128,7 @@ class RayBackend:
                 await child.recorder.flush_durable()
                 shard = await pool.place(self._shard_of.get(child.session_id))
             except asyncio.CancelledError:  # no shard has it yet: it ends here, as in process
-                child.cancel_at_first_step()
+                child.request_stop(deliver=False)
                 await task.run(child, prompt, first)
                 raise
             assert child.parent is not None
@@ -142,11 +144,8 @@ class RayBackend:
             if family is not None and family.has_children:
                 await family.abort_all_children(child.budget_stop)
             child.task_ended()
-        child.token_usage = outcome.token_usage
-        child.turns = outcome.turns
-        child.router.calls = outcome.tool_calls
-        child.answered_by = outcome.answered_by
-        child.meter.turns, child.meter.tokens = outcome.spent
+        child.apply(Figures(outcome.token_usage, outcome.turns, outcome.tool_calls,
+                            outcome.answered_by, outcome.spent))
         if outcome.budget_stop is not None:
             stop = BudgetExhausted(*outcome.budget_stop)
             child.claim_budget_stop(stop)
@@ -321,13 +320,13 @@ def _spec(child: Session, prompt: str, first: bool) -> ChildSpec:
             notify_on_child_end=root.notify_on_child_end,
         ),
         relay_events=listening(child.events),
-        cancel_first=child.cancel_requested,
+        cancel_first=child.stop is CANCEL,
         budget=child.budget,
         inbox=tuple(child.inbox),
         elapsed=child.meter.elapsed(),
         follow_up=not first,
         token_usage=child.token_usage,
-        counts=(child.turns, child.router.calls),
+        counts=(child.turns, child.tool_calls),
         spent=(child.meter.turns, child.meter.tokens),
         tree_budget=parent.root.budget,
         tree_spent=(parent.root.meter.turns, parent.root.meter.tokens),

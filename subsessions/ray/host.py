@@ -27,6 +27,7 @@ from subsessions.errors import (
     error_text,
 )
 from subsessions.events import EventHub, SessionEvent, emit
+from subsessions.figures import Figures
 from subsessions.models.base import TokenUsage
 from subsessions.ray.channel import Message
 from subsessions.ray.wire import Call, Event, Request, Room, Spent
@@ -111,12 +112,9 @@ class Answerer:
             shard.actor.answer.remote(request.request_id, False, error_text(exc))
             return
         meter = root.meter
-        limit = meter.limits.max_turns
-        granted: int | None = None
-        if limit is None or meter.turns < limit:
-            meter.turns += 1
-            granted = meter.turns
+        granted = meter.grant()
         shard.actor.answer.remote(request.request_id, True, granted)
+        limit = meter.limits.max_turns
         if granted is None and limit is not None:
             meter.stop(BudgetExhausted("turns", limit))
 
@@ -132,8 +130,8 @@ class Answerer:
         if child is None:
             return
         if session_id == child_id:
-            child.turns = max(child.turns, turns)
-            child.router.calls = max(child.router.calls, calls)
+            child.apply(Figures(child.token_usage, max(child.turns, turns),
+                                max(child.tool_calls, calls), child.answered_by))
         else:
             known = child.elsewhere.get(session_id, Usage())
             child.elsewhere[session_id] = evolve(known, turns=max(known.turns, turns),
@@ -225,21 +223,18 @@ def _spent(child: Session, event: Event) -> None:
     `list_sessions` shows) and its tree's budget, which the driver's root meter counts."""
     data = event.data
     if event.session_id == event.child_id:
-        child.token_usage = TokenUsage(data["input_tokens"], data["output_tokens"],
-                                       estimated=data.get("estimated", False))
-        child.turns = data["turns"]
-        child.router.calls = data["tool_calls"]
+        child.apply(Figures(TokenUsage(data["input_tokens"], data["output_tokens"],
+                                       estimated=data.get("estimated", False)),
+                            data["turns"], data["tool_calls"], child.answered_by))
     else:  # one of its own children (or theirs): its parent's roll-up counts it
         child.elsewhere[event.session_id] = Usage(data["input_tokens"], data["output_tokens"],
                                                   data["tool_calls"], data["turns"],
                                                   data.get("estimated", False))
     meter = child.root.meter
-    if not meter.active:
-        return
-    if meter.limits.max_turns is not None:
-        meter.turns -= 1  # counted when the shard was granted it; charged again just below
     # Whether it wanted more is the shard's to judge: its share of the tree stops the tree.
-    reached = meter.charge(data["last"]["total_tokens"], False)
+    # With a turn limit, the turn was counted when the shard was granted it.
+    reached = meter.charge(data["last"]["total_tokens"], False,
+                           granted=meter.limits.max_turns is not None)
     if reached is not None:
         reached[0].stop(reached[1])
 

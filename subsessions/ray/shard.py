@@ -10,28 +10,27 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from attrs import define, evolve, field
+from attrs import define, evolve
 
 from subsessions.budget import Budget
+from subsessions.children import Cancelled, Done, Failed, ending_of
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.dispatch import Dispatcher
-from subsessions.errors import (
-    BudgetExhausted,
-    RolloutError,
-    error_text,
-)
+from subsessions.errors import BudgetExhausted, RolloutError
 from subsessions.events import SessionEvent
+from subsessions.figures import Figures
 from subsessions.meter import Meter, Stop
 from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import LoadedProfile
 from subsessions.ray.channel import Channel, Message
-from subsessions.ray.wire import Call, ChildSpec, Event, Outcome, Room, RootSpec, Spent, ToolSpec
+from subsessions.ray.ledger import DriverLedger
+from subsessions.ray.wire import ChildSpec, Event, Outcome, RootSpec, Spent, ToolSpec
 from subsessions.rollouts.reader import read_rollout
 from subsessions.runtime import Runtime
 from subsessions.session import Session
@@ -40,76 +39,8 @@ from subsessions.tools import builtin_tools
 from subsessions.tree import SessionTree
 
 LIFECYCLE = ("subagent.started", "subagent.completed", "subagent.failed")  # the driver's own
+STATE_WORDS = {Done: "done", Failed: "failed", Cancelled: "cancelled"}  # Outcome.state
 METERED = ("subagent.usage", "assistant.message")  # always sent: the driver's listing, budget
-
-
-@define(eq=False)
-class ShardTree(SessionTree):
-    """A tree's share on this shard. The tree's running count is the driver's: a child
-    starting here is admitted there first (and counted at once), one ending is reported."""
-
-    channel: Channel = field(kw_only=True)
-    root_id: str = field(kw_only=True)
-    turn_limit: int | None = field(default=None, kw_only=True)  # the tree's max_turns
-    _admitted: int = field(default=0, init=False)  # counted by the driver, not started yet
-
-    def respond(self, host: Any, client: Any, request: Any) -> Awaitable[Any]:
-        return self._respond(host, client, request)
-
-    async def _respond(self, host: Session, client: Any, request: ModelRequest) -> Any:
-        """The driver hears of each model call as it begins (the child's live usage). With
-        a turn limit the tree's turn is granted there first, so calls on several shards
-        never overshoot it; none left: the tree is spent, this session stops here."""
-        top = host
-        while top.parent is not None and top.parent.parent is not None:
-            top = top.parent
-        limit = self.turn_limit
-        if limit is None:
-            self.channel.send(Call(self.root_id, top.session_id, host.session_id, host.turns,
-                                   host.router.calls))
-            return await client.respond(request)
-        granted = await self.channel.ask(self.root_id, "turn", "", host.session_id,
-                                         host.turns, host.router.calls,
-                                         child_id=top.session_id)
-        if granted is None:
-            error = BudgetExhausted("turns", limit)
-            host.claim_budget_stop(error)
-            raise error
-        response = await client.respond(request)
-        # its charge (next, with nothing awaited between) makes the tree's count `granted`:
-        # the tree's last turn, wanting more, stops the tree as in process
-        host.meter.root.turns = granted - 1
-        return response
-
-    async def admit(self, parent_depth: int) -> None:
-        self.check_room(parent_depth)  # the depth, and what this shard alone runs
-        asked = asyncio.ensure_future(self.channel.ask(self.root_id, "room", ""))
-        try:
-            await asyncio.shield(asked)
-        except asyncio.CancelledError:  # the driver may count it: not once it has answered
-            asked.add_done_callback(self._unadmit)
-            raise
-        self._admitted += 1
-
-    def _unadmit(self, asked: asyncio.Future[Any]) -> None:
-        if not asked.cancelled() and asked.exception() is None:
-            self.channel.send(Room(self.root_id, -1))
-
-    def unadmit(self) -> None:
-        """Its spawn failed after the driver counted it: the driver's count goes back."""
-        self._admitted -= 1
-        self.channel.send(Room(self.root_id, -1))
-
-    def child_started(self) -> None:
-        super().child_started()
-        if self._admitted:
-            self._admitted -= 1
-        else:  # a follow-up (send_message), checked against this shard's count only
-            self.channel.send(Room(self.root_id, 1))
-
-    def child_ended(self) -> None:
-        super().child_ended()
-        self.channel.send(Room(self.root_id, -1))
 
 
 @define(eq=False)
@@ -146,29 +77,15 @@ class RemoteTool:
 
 class ShardChild(Session):
     """A top-level session's child as a shard runs it. Its stand-in parent keeps no record of
-    it, so the first stop (a cancel, a budget's from the driver, its own budget's) is kept
-    here, as a parent's record keeps it in process: later ones change nothing."""
+    it; its own `stop` keeps the first stop (a cancel, a budget's from the driver, its own
+    budget's), as in process."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.stopped = False  # a stop was claimed or delivered
         self.follow_up = False  # its task is a later one: no session start, as in process
 
     def _claim(self) -> bool:
         return super()._claim() and not self.follow_up
-
-    def stop(self, error: BudgetExhausted | None) -> None:
-        """Deliver a cancel (with `error`: it ends `budget_limited`) once."""
-        if self.stopped:
-            return
-        self.stopped = True
-        if error is not None:
-            self.budget_stop = error
-        running = self._task
-        if running is not None:
-            running.cancel()
-        else:  # not begun (or ended): its first line ends it, its `finally` writes that
-            self.cancel_at_first_step()
 
     def count_in_tree(self, limits: Budget, turns: int, tokens: int, spent: Stop) -> None:
         """Count what it spends against its tree's limits too, from what the tree had spent
@@ -178,17 +95,9 @@ class ShardChild(Session):
         share.turns, share.tokens = turns, tokens
         self.meter = Meter(self.meter.limits, share, self.stop_for_budget, self.tree.alarms)
 
-    def claim_budget_stop(self, error: BudgetExhausted) -> None:
-        if not self.stopped:
-            self.stopped = True
-            self.budget_stop = error
-
-    def stop_for_budget(self, error: BudgetExhausted) -> None:
-        self.stop(error)
-
     def take(self, message: str) -> bool:
         """A message from the driver (send_message): read before its next model call."""
-        if self.stopped or not self.taking_messages or self.ended:
+        if self.stop is not None or not self.taking_messages or self.ended:
             return False
         self.inbox.append(message)
         return True
@@ -245,7 +154,7 @@ class Shard:
         stand_in = self._stand_in(spec.root, spec.relay_events, spec.tree_budget)
         child = self._child(spec, stand_in)
         if spec.cancel_first:
-            child.stop(None)
+            child.request_stop()
         task = runtime.spawn_task(child.run_task(spec.prompt), f"subsession-{spec.session_id}")
         # before the first await: a `stop` or `send` the driver sent after this call finds it
         self._running[spec.session_id] = child
@@ -253,7 +162,7 @@ class Shard:
         try:
             await asyncio.wait((task,))
         except asyncio.CancelledError:
-            child.stop(None)
+            child.request_stop()
             await asyncio.wait((task,))  # the task's own `finally` writes its ending
             await self._finish(spec, child, task)
             raise
@@ -265,7 +174,7 @@ class Shard:
         """Cancel a running child (with `budget`: a budget stop); nothing if it has ended."""
         child = self._running.get(session_id)
         if child is not None:
-            child.stop(None if budget is None else BudgetExhausted(*budget))
+            child.request_stop(None if budget is None else BudgetExhausted(*budget))
 
     async def send(self, session_id: str, message: str) -> bool:
         """A message for a running child; False when it is ending (or gone)."""
@@ -274,26 +183,22 @@ class Shard:
 
     async def _finish(self, spec: ChildSpec, child: Session,
                       task: asyncio.Task[str | None]) -> Outcome:
-        state, result, error = "cancelled", None, None
-        stop: tuple[str, float] | None = None
-        if not task.cancelled():
-            exc = task.exception()
-            state, result, error = ("done", task.result(), None) if exc is None else (
-                "failed", None, error_text(exc))
-            if isinstance(exc, BudgetExhausted):
-                stop = (exc.kind, exc.limit)
+        unwritten: RolloutError | None = None
         try:
             await child.recorder.flush_durable()
         except RolloutError as exc:
-            if state == "done":  # the result never reached the disk
-                state, result, error = "failed", None, str(exc)
+            unwritten = exc
+        ending = ending_of(task, unwritten)
+        raised = None if task.cancelled() else task.exception()
+        stop = (raised.kind, raised.limit) if isinstance(raised, BudgetExhausted) else None
         await self._channel.delivered(self._channel.sent)
         child.events.close()
         self._release(spec.root.session_id)
         usage = child.usage()
-        return Outcome(state, result, error, child.token_usage,
-                       usage.turns, usage.tool_calls, child.answered_by, stop,
-                       (child.meter.turns, child.meter.tokens))
+        return Outcome(STATE_WORDS[type(ending)], ending.result if isinstance(ending, Done)
+                       else None, ending.error if isinstance(ending, Failed) else None,
+                       child.token_usage, usage.turns, usage.tool_calls,
+                       child.answered_by, stop, (child.meter.turns, child.meter.tokens))
 
     async def close(self) -> None:
         """Drain what children left (their end hooks), write every line, stop the writer."""
@@ -323,9 +228,8 @@ class Shard:
         )
         # It writes nothing (the driver's session has the rollout): it never runs a task.
         stand_in = Session(self._runtime, config, resumed=(root.session_id, os.devnull))
-        stand_in.tree = ShardTree(config, self._runtime.profiles, channel=self._channel,
-                                  root_id=root.session_id,
-                                  turn_limit=None if budget is None else budget.max_turns)
+        stand_in.tree = SessionTree(config, self._runtime.profiles, ledger=DriverLedger(
+            self._channel, root.session_id, None if budget is None else budget.max_turns))
         if relay:
             stand_in.on(partial(self._relay_own, root.session_id))
         self._runtime.dispatcher.register(stand_in)
@@ -351,13 +255,12 @@ class Shard:
         if spec.follow_up:  # the same history, usage and meter its last task ended with
             child.follow_up = True
             child.history.extend(read_rollout(spec.rollout_path).response_items())
-            child.turns, child.router.calls = spec.counts
-            child.token_usage = spec.token_usage
         if spec.tree_budget is not None:
             child.count_in_tree(spec.tree_budget, *spec.tree_spent, partial(
                 self._spent, spec.root.session_id))
         child.meter.started -= spec.elapsed  # its clock counts from its spawn in the driver
-        child.meter.turns, child.meter.tokens = spec.spent
+        # what its earlier tasks ran up (nothing for a first task), and its meter
+        child.apply(Figures(spec.token_usage, *spec.counts, None, spec.spent))
         child.inbox.extend(spec.inbox)
         # Usage always goes to the driver (its listing, its tree's budget); the rest only
         # when someone listens there.
