@@ -277,7 +277,11 @@ async def test_children_never_make_a_model_call_past_the_trees_turn_limit(
     home: Path, script: Script, backend: Any
 ) -> None:
     """Two children working at once (on two shards on Ray) share the tree's three turns:
-    three calls are made in all, and every session ends on the tree's limit."""
+    no call is made past them, and every session ends on the tree's limit.
+
+    In process the third granted call reaches the model before the fourth is refused. On
+    Ray a turn granted to one shard may still be on its way when another shard's refused
+    turn stops the tree, so that call is cancelled before it is sent: two or three calls."""
     script.handlers["a"] = script.handlers["b"] = busy(1)
     async with Engine(home, model_client=script.model, backend=backend) as engine:
         root = await engine.create_session(config(budget=Budget(max_turns=3)))
@@ -285,7 +289,8 @@ async def test_children_never_make_a_model_call_past_the_trees_turn_limit(
         for cid in kids:
             with pytest.raises(ChildFailed, match="budget exhausted: turns limit 3 reached"):
                 await root.subsessions.wait_child(cid, timeout=60)
-        assert len(script.seen["a"]) + len(script.seen["b"]) == 3
+        calls = len(script.seen["a"]) + len(script.seen["b"])
+        assert calls == 3 if backend is None else 2 <= calls <= 3
         assert root.meter.turns == 3
     for cid in kids:
         assert terminals(rollout_of(home, cid)) == [limited("turns", "3")]

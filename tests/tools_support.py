@@ -81,8 +81,11 @@ def _alive(pid: int) -> bool:
 
 
 async def assert_gone(pids: list[int]) -> None:
-    """Each pid is dead (a zombie waiting for its reaper counts as dead)."""
-    for _ in range(300):
+    """Each pid is dead (a zombie waiting for its reaper counts as dead).
+
+    Within 10 s: a sandbox's namespace init (the inner bwrap) exits only after the kernel
+    has torn its namespace down, which a loaded machine can take seconds to do."""
+    for _ in range(1000):
         alive = [pid for pid in pids if _alive(pid)]
         if not alive:
             return
