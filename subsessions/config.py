@@ -57,6 +57,7 @@ class Hooks:
     on_session_start: HookFn | None = None
     on_session_end: HookFn | None = None
     on_error_occurred: HookFn | None = None
+    on_spawn: HookFn | None = None  # the root's consent before any child of its tree
 
 
 def _path_or_none(value: str | os.PathLike[str] | None) -> str | None:

@@ -9,6 +9,7 @@
     ├── UnknownSessionType        no profile of that name
     ├── DepthLimitReached         spawning would exceed max_depth
     ├── ChildLimitReached         max_children already running in this tree
+    ├── SpawnDenied               the root's on_spawn hook refused a child
     ├── InvalidArguments          malformed tool arguments or API input
     ├── SessionBusy               a task is already running in that session
     ├── EngineClosed              the engine is closed or closing
@@ -120,6 +121,14 @@ class ChildLimitReached(SubsessionError):
             f"sub-session limit reached (max_children={max_children}); "
             "wait for or cancel a running session first"
         )
+
+
+class SpawnDenied(SubsessionError):
+    """The tree's root's `on_spawn` hook refused a child (DESIGN 3.11)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"spawn denied: {reason}")
 
 
 class InvalidArguments(SubsessionError, ValueError):

@@ -34,11 +34,14 @@ from subsessions.children import (
     WaitResult,
 )
 from subsessions.config import SessionConfig, as_child_config, filter_tools
+from subsessions.dispatch import call_maybe_async
 from subsessions.errors import (
     BudgetExhausted,
     InvalidArguments,
     SessionBusy,
+    SpawnDenied,
     UnknownSession,
+    error_text,
 )
 from subsessions.kit import Kit
 from subsessions.loop import run_child
@@ -102,6 +105,7 @@ class SubsessionManager:
         if budget is not None and not isinstance(budget, Budget):
             raise InvalidArguments("spawn_child", "budget must be a Budget or None")
         kit = self._kit(profile)
+        await self._consent(kit, prompt, budget)  # the root's on_spawn, before any place
         with await parent.tree.reserve(parent.depth) as place:  # given back if it fails
             call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
             if not parent.is_child:  # a top-level rollout starts with its first task or child
@@ -121,6 +125,30 @@ class SubsessionManager:
         ))
         runtime.dispatcher.child_started(parent, child, call_id)
         return child.session_id
+
+    async def _consent(self, kit: Kit, prompt: str, budget: Budget | None) -> None:
+        """The tree's root's `on_spawn` hook (DESIGN 3.11): a `deny` answer refuses the
+        spawn; a hook that fails denies with its error's text (consent was not given)."""
+        parent = self._session
+        hooks = parent.tree.config.hooks
+        hook = hooks.on_spawn if hooks is not None else None
+        if hook is None:
+            return
+        data = {
+            "session_id": parent.session_id,
+            "session_type": kit.profile.name if kit.profile is not None else "custom",
+            "prompt": prompt,
+            "budget": None if budget is None else budget.as_dict(),
+            "depth": kit.depth,
+            "running": parent.tree.running,
+            "queued": 0,
+        }
+        try:
+            answer = await call_maybe_async(hook, data)
+        except Exception as exc:  # no consent: the spawn is refused, with the hook's error
+            raise SpawnDenied(error_text(exc)) from exc
+        if isinstance(answer, dict) and answer.get("decision") == "deny":
+            raise SpawnDenied(str(answer.get("reason") or "denied by a hook"))
 
     def _check_can_start(self, what: str) -> None:
         parent = self._session
