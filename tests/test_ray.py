@@ -532,7 +532,7 @@ async def test_grandchildren_starting_on_two_shards_never_overshoot_the_trees_li
     await asyncio.gather(*(manager.wait_child(c, timeout=60) for c in kids))
     outs = [o for p in ("a", "b") for o in outputs(script.seen[p][1])]
     refused = [o for o in outs if "sub-session limit reached (max_children=3)" in o["output"]]
-    assert (len(outs), len(refused)) == (4, 3)  # one started: 2 children + 1 = the limit
+    assert (len(outs), len(refused)) == (4, 3), outs  # one started: 2 children + 1 = the limit
 
 
 async def test_a_remote_childs_clock_counts_from_its_spawn_not_from_when_a_shard_took_it(
