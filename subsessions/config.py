@@ -87,7 +87,8 @@ SUBSESSION_TOOL_NAMES = frozenset({
     "list_profiles", "list_sessions", "send_message", "run_batch",
 })
 ASK_USER = "ask_user"
-RESERVED_TOOL_NAMES = SUBSESSION_TOOL_NAMES | {ASK_USER}
+PARENT_MESSAGE = "send_parent_message"
+RESERVED_TOOL_NAMES = SUBSESSION_TOOL_NAMES | {ASK_USER, PARENT_MESSAGE}
 BUILTIN_TOOL_NAMES = ("shell", "apply_patch", "read_file", "list_dir")
 
 
@@ -105,6 +106,15 @@ def _non_negative(name: str) -> Callable[[Any, Any, int], None]:
             raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
 
     return check
+
+
+TURN_END_POLICIES = ("leave", "wait", "cancel")
+
+
+def _turn_end(_instance: Any, _attribute: Any, value: Any) -> None:
+    if value not in TURN_END_POLICIES:
+        raise ValueError(f"children_at_turn_end must be one of {', '.join(TURN_END_POLICIES)}, "
+                         f"not {value!r:.40}")
 
 
 def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
@@ -135,6 +145,11 @@ class SessionConfig:
     notify_on_child_end: bool = True  # tell the model of children that ended unwaited
     # a child that ends while its (top-level) parent is idle starts a parent task
     wake_on_child_end: bool = False
+    # a child's send_parent_message reaching this idle top-level session starts a task too
+    wake_on_message: bool = False
+    # the model ends its turn while its children run: leave them (notices come next turn),
+    # wait for them (and call the model again with their notices), or cancel them
+    children_at_turn_end: str = field(default="leave", validator=_turn_end)
     # a root's: the whole tree's budget; a child's: its own (clamped at spawn)
     budget: Budget | None = field(default=None, validator=_optional(Budget, "budget"))
     # shell / apply_patch / read_file / list_dir: True for all, or a tuple of their names

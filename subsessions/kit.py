@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from attrs import field, frozen
 
 from subsessions.config import SessionConfig, Tool
-from subsessions.handlers import ask_user
+from subsessions.handlers import ask_user, parent_message
 from subsessions.profiles import Profile
 from subsessions.tools.context import ToolContext
 from subsessions.tree import SessionTree, Specs
@@ -42,8 +42,9 @@ class Kit:
 
     def specs(self) -> Specs:
         """What the model is offered: its tools, `ask_user` when the root's host answers
-        questions (never gated by the allowlist), and the sub-session tools above the
-        depth limit that the allowlist admits. Built once, at the first model call."""
+        questions (never gated by the allowlist), the sub-session tools above the depth
+        limit and a child's `send_parent_message` (at any depth), each as the allowlist
+        admits. Built once, at the first model call."""
         if not self._specs:
             tree = self.tree
             specs = tuple(t.spec() for t in self.tools.values())
@@ -51,5 +52,7 @@ class Kit:
                 specs += (ask_user.SPEC,)
             if self.depth < tree.max_depth:
                 specs += tuple(s for s in tree.subsession_specs() if self.allows(s["name"]))
+            if self.depth >= 1 and self.allows(parent_message.NAME):
+                specs += (parent_message.SPEC,)
             self._specs.append(specs)
         return self._specs[0]

@@ -340,6 +340,13 @@ class SubsessionManager:
         if pending:
             await asyncio.wait([child.finished for child in pending])
 
+    async def outlast(self) -> None:
+        """Until every running child has ended, without seeing them: their notices stay for
+        the parent's next model call (`children_at_turn_end="wait"`)."""
+        pending = [r.finished for r in self._children.values() if not r.finished.done()]
+        if pending:
+            await asyncio.wait(pending)
+
     # -- budgets and messages ---------------------------------------------------------------
     def stop_all_children(self, budget: BudgetExhausted | None) -> list[Record]:
         """Deliver a cancel (or a budget stop) to every running child; they end by

@@ -12,10 +12,12 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Protocol
 
-from subsessions.config import ASK_USER, SUBSESSION_TOOL_NAMES
+import orjson
+
+from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBSESSION_TOOL_NAMES
 from subsessions.errors import ToolNotSupported, error_text
 from subsessions.events import emit
-from subsessions.handlers import ask_user
+from subsessions.handlers import ask_user, parent_message
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.items import Item, function_call_output
 from subsessions.kit import Kit
@@ -32,6 +34,8 @@ class RouterHost(Member, Protocol):
 
     @property
     def subsessions(self) -> SubsessionManager: ...  # the sub-session tools act on it
+
+    async def tell_parent(self, message: str) -> str: ...  # "queued" or "started"
 
 
 async def call_tool(host: RouterHost, call: Item) -> Item:
@@ -62,6 +66,8 @@ async def _dispatch(host: RouterHost, name: str, arguments: str, call_id: str) -
                               call_id=call_id)
         elif name == ASK_USER:  # the root's handler decides, whatever the allowlist
             builtin = partial(_ask_user, host)
+        elif name == PARENT_MESSAGE and host.depth >= 1 and kit.allows(name):
+            builtin = partial(_tell_parent, host)
         else:  # denied by the allowlist, or never offered: no handler runs
             raise ToolNotSupported(name)
     return await host.runtime.dispatcher.call_tool(
@@ -74,3 +80,9 @@ async def _ask_user(host: RouterHost, arguments: dict[str, Any]) -> str:
     return await host.runtime.dispatcher.ask_user(
         host, arguments["question"], arguments.get("choices")
     )
+
+
+async def _tell_parent(host: RouterHost, arguments: dict[str, Any]) -> str:
+    check_arguments(PARENT_MESSAGE, parent_message.SPEC["parameters"], arguments)
+    delivered = await host.tell_parent(arguments["message"])
+    return orjson.dumps({"delivered": delivered}).decode()

@@ -22,6 +22,7 @@ from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_c
 from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventHub, EventStream
 from subsessions.figures import Figures
+from subsessions.handlers import parent_message
 from subsessions.ids import new_session_id
 from subsessions.items import Item
 from subsessions.kit import Kit
@@ -433,16 +434,36 @@ class Session:
     def wake(self) -> None:
         """`wake_on_child_end`: children ended unseen while this top-level session is idle,
         so a task starts whose input is their completion notices (a host never polls)."""
-        if (self.parent is not None or not self.config.wake_on_child_end
-                or self._phase is Phase.RUNNING or self.runtime.closed
-                or not self.runtime.registered(self.session_id)
+        if (not self._wakes(self.config.wake_on_child_end)
                 or self._subsessions is None or not self._subsessions.has_notices):
             return
         notices = "\n".join(info.notice() for info in self.subsessions.take_notices())
-        if not notices:  # every one of them was seen meanwhile
-            return
+        if notices:  # else every one of them was seen meanwhile
+            self._start_woken(notices)
+
+    def _wakes(self, asked: bool) -> bool:
+        return (asked and self.parent is None and self._phase is not Phase.RUNNING
+                and not self.runtime.closed and self.runtime.registered(self.session_id))
+
+    def _start_woken(self, prompt: str) -> None:
         first = self._claim()
-        self.runtime.spawn_task(self._woken(first, notices), f"subsessions-wake-{self.session_id}")
+        self.runtime.spawn_task(self._woken(first, prompt), f"subsessions-wake-{self.session_id}")
+
+    async def tell_parent(self, message: str) -> str:
+        """`send_parent_message` from this child: how its parent took it."""
+        assert self.parent is not None
+        return self.parent.hear(parent_message.heard(self.session_id, message))
+
+    def hear(self, text: str) -> str:
+        """A child's message: read before this session's next model call ("queued"), or,
+        idle and top-level with `wake_on_child_end` or `wake_on_message`, the prompt of a
+        task started now ("started")."""
+        config = self.config
+        if self._wakes(config.wake_on_child_end or config.wake_on_message):
+            self._start_woken(text)
+            return "started"
+        self.inbox.append(text)
+        return "queued"
 
     async def _woken(self, first: bool, notices: str) -> None:
         try:

@@ -112,6 +112,8 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
             _check(host, host.meter.spent())
         if host.tree.config.hooks is not None:
             prompt = await _prompt_hooks(host, prompt, first)
+        while not host.is_child and host.inbox:  # its children's, sent while it was idle
+            _tell(host, host.inbox.pop(0))
         _tell(host, prompt)
         host.taking_messages = True
         try:
@@ -298,6 +300,8 @@ async def _turns(host: TaskHost) -> str | None:
         if not calls:
             if host.inbox:  # a message came while it answered: one more turn reads it
                 continue
+            if await _children_at_turn_end(host):
+                continue
             return answer
         tool_choice = "auto"
         if len(calls) == 1:
@@ -308,6 +312,22 @@ async def _turns(host: TaskHost) -> str | None:
             host.history.append(output)
             recorder.record("response_item", output)
     raise MaxTurnsExceeded(host.max_turns)
+
+
+async def _children_at_turn_end(host: TaskHost) -> bool:
+    """`children_at_turn_end` (DESIGN 3.11) when the model ends its turn: `wait` for its
+    running children and tell the model how they (and any that ended unseen) ended in one
+    more call (True), `cancel` them (`cancelled_by: parent`), or `leave` them running."""
+    policy = host.config.children_at_turn_end
+    family = host.spawned
+    if policy == "leave" or family is None:
+        return False
+    if policy == "cancel":
+        if family.running():
+            await family.abort_all_children()
+        return False
+    await family.outlast()
+    return family.has_notices or bool(host.inbox)
 
 
 def _deliver_notices(host: TaskHost, family: SubsessionManager) -> None:

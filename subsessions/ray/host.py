@@ -177,6 +177,11 @@ class Answerer:
         kind, args = request.kind, request.args
         if kind == "model":
             return await self.runtime.model_client.respond(args[0])
+        if kind == "parent":  # send_parent_message from a remote child
+            child = self.hosts.get(request.child_id)
+            if child is None or child.parent is None:
+                raise UnknownSession(request.child_id)
+            return child.parent.hear(args[0])
         dispatcher = self.runtime.dispatcher
         root, _ = dispatcher.resolve_session(request.root_id)
         config = root.config

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from subsessions.dispatch import Dispatcher
 from subsessions.errors import BudgetExhausted, RolloutError
 from subsessions.events import SessionEvent
 from subsessions.figures import Figures
+from subsessions.handlers import parent_message
 from subsessions.meter import Meter, Stop
 from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
@@ -83,6 +84,8 @@ class ShardChild(Session):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.follow_up = False  # its task is a later one: no session start, as in process
+        # its parent is the driver's session: send_parent_message asks there
+        self.to_parent: Callable[[str], Awaitable[str]] | None = None
 
     def _claim(self) -> bool:
         return super()._claim() and not self.follow_up
@@ -94,6 +97,10 @@ class ShardChild(Session):
         share = Meter(limits, None, spent, alarms=self.tree.alarms)
         share.turns, share.tokens = turns, tokens
         self.meter = Meter(self.meter.limits, share, self.stop_for_budget, self.tree.alarms)
+
+    async def tell_parent(self, message: str) -> str:
+        assert self.to_parent is not None
+        return await self.to_parent(parent_message.heard(self.session_id, message))
 
     def take(self, message: str) -> bool:
         """A message from the driver (send_message): read before its next model call."""
@@ -252,6 +259,8 @@ class Shard:
                            resumed=(spec.session_id, spec.rollout_path),
                            tool_context=spec.tool_context, budget=spec.budget)
         child.started_at = spec.started_at
+        child.to_parent = partial(self._channel.ask, spec.root.session_id, "parent", "",
+                                  child_id=spec.session_id)
         if spec.follow_up:  # the same history, usage and meter its last task ended with
             child.follow_up = True
             child.history.extend(read_rollout(spec.rollout_path).response_items())
