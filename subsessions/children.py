@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
@@ -26,6 +27,7 @@ LAST_MESSAGE_CHARS = 500  # what list_sessions shows of a child's last message
 
 
 class ChildStatus(enum.Enum):
+    QUEUED = "queued"  # waiting for a place under max_children (DESIGN 3.11)
     PENDING = "pending"
     CANCELLING = "cancelling"  # a cancel was delivered; the child is ending its own work
     DONE = "done"
@@ -34,8 +36,8 @@ class ChildStatus(enum.Enum):
 
     @property
     def running(self) -> bool:
-        """Not ended yet (pending or cancelling)."""
-        return self in (ChildStatus.PENDING, ChildStatus.CANCELLING)
+        """Not ended yet (queued, pending or cancelling)."""
+        return self in (ChildStatus.QUEUED, ChildStatus.PENDING, ChildStatus.CANCELLING)
 
     @property
     def word(self) -> str:
@@ -73,15 +75,22 @@ class Cancelled:
     pass
 
 
+@frozen
+class Queued(Pending):
+    """Waiting in its tree's queue: no task, no rollout yet. A cancel `withdraw`s it."""
+
+    withdraw: Callable[[], None]
+
+
 PENDING = Pending()
 ChildState = Pending | Done | Failed | Cancelled
 Ending = Done | Failed | Cancelled
-STATUS_OF = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: ChildStatus.FAILED,
-           Cancelled: ChildStatus.CANCELLED}
+STATUS_OF = {Queued: ChildStatus.QUEUED, Pending: ChildStatus.PENDING, Done: ChildStatus.DONE,
+             Failed: ChildStatus.FAILED, Cancelled: ChildStatus.CANCELLED}
 # the CLI's (and list_sessions') words for a child's state
-STATUS_WORDS = {ChildStatus.PENDING: "running", ChildStatus.CANCELLING: "running",
-                ChildStatus.DONE: "completed", ChildStatus.FAILED: "failed",
-                ChildStatus.CANCELLED: "cancelled"}
+STATUS_WORDS = {ChildStatus.QUEUED: "queued", ChildStatus.PENDING: "running",
+                ChildStatus.CANCELLING: "running", ChildStatus.DONE: "completed",
+                ChildStatus.FAILED: "failed", ChildStatus.CANCELLED: "cancelled"}
 
 
 def ending_of(task: asyncio.Task[Any], unwritten: Exception | None = None) -> Ending:
@@ -212,16 +221,26 @@ class ChildRecord(Generic[S]):
 
     @property
     def status(self) -> ChildStatus:
-        if isinstance(self._state, Pending) and self.session.stop is not None:
+        if type(self._state) is Pending and self.session.stop is not None:
             return ChildStatus.CANCELLING
         return STATUS_OF[type(self._state)]
 
     def cancel(self, budget: BudgetExhausted | None = None, *, deliver: bool = True) -> bool:
         """Stop a running child: the child's `request_stop` (first stop wins); nothing
         once it has settled."""
-        if not isinstance(self._state, Pending):
+        state = self._state
+        if isinstance(state, Queued):
+            state.withdraw()
+            return True
+        if not isinstance(state, Pending):
             return False
         return self.session.request_stop(budget, deliver=deliver)
+
+    def dequeued(self) -> None:
+        """Its turn in the queue came: it starts (pending)."""
+        if not isinstance(self._state, Queued):
+            raise RuntimeError(f"child {self.session.session_id} is not queued")
+        self._state = PENDING
 
     def restart(self) -> None:
         """An ended child runs a follow-up task: a new pending state and a new ending."""

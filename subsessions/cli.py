@@ -244,7 +244,8 @@ def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
     settings = settings_from_args(args, home)
     resume = args.id if args.command == "resume" else None
     config = SessionConfig(
-        max_depth=settings.max_depth, max_children=settings.max_children, builtin_tools=True,
+        max_depth=settings.max_depth, max_children=settings.max_children,
+        max_queued=settings.max_queued, builtin_tools=True,
         env_policy=settings.env_policy,
         cwd=os.getcwd(), sandbox=args.sandbox, approval=args.approval,
         network_access=args.network, permission_handler=_ask_on_terminal,

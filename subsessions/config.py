@@ -141,6 +141,8 @@ class SessionConfig:
     cwd: str | None = field(default=None, converter=_path_or_none)
     max_depth: int = field(default=2, validator=_non_negative("max_depth"))
     max_children: int = field(default=8, validator=_non_negative("max_children"))
+    # spawns beyond max_children wait in a FIFO queue this long (0: they are refused)
+    max_queued: int = field(default=256, validator=_non_negative("max_queued"))
     max_turns: int = field(default=24, validator=_at_least_one("max_turns"))
     notify_on_child_end: bool = True  # tell the model of children that ended unwaited
     # a child that ends while its (top-level) parent is idle starts a parent task

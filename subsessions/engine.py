@@ -208,8 +208,10 @@ class Engine:
         if rollout.session_id in OPEN_IN_THIS_PROCESS:
             raise SessionBusy(rollout.session_id, "is open in another engine; fork it instead")
         resume.check_resumable(rollout)
-        return self.adopt(resume.rebuild(self._runtime, path, rollout, fork=False,
-                                         config=config))
+        session = self.adopt(resume.rebuild(self._runtime, path, rollout, fork=False,
+                                            config=config))
+        resume.requeue(session, rollout)  # its queued spawns wait (or start) again
+        return session
 
     async def fork_session(
         self, id_or_path: str | os.PathLike[str], config: SessionConfig | None = None

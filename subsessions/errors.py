@@ -9,6 +9,7 @@
     ├── UnknownSessionType        no profile of that name
     ├── DepthLimitReached         spawning would exceed max_depth
     ├── ChildLimitReached         max_children already running in this tree
+    │   └── QueueFull             ... and max_queued spawns already waiting
     ├── SpawnDenied               the root's on_spawn hook refused a child
     ├── InvalidArguments          malformed tool arguments or API input
     ├── SessionBusy               a task is already running in that session
@@ -115,12 +116,19 @@ class DepthLimitReached(SubsessionError):
 
 
 class ChildLimitReached(SubsessionError):
-    def __init__(self, max_children: int) -> None:
+    def __init__(self, max_children: int, message: str | None = None) -> None:
         self.max_children = max_children
-        super().__init__(
+        super().__init__(message or (
             f"sub-session limit reached (max_children={max_children}); "
             "wait for or cancel a running session first"
-        )
+        ))
+
+
+class QueueFull(ChildLimitReached):
+    def __init__(self, max_children: int, max_queued: int) -> None:
+        self.max_queued = max_queued
+        super().__init__(max_children, f"sub-session queue full (max_children={max_children}, "
+                         f"max_queued={max_queued}); wait for or cancel a running session first")
 
 
 class SpawnDenied(SubsessionError):

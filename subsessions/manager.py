@@ -30,6 +30,7 @@ from subsessions.children import (
     Done,
     Ending,
     Failed,
+    Queued,
     RunResult,
     WaitResult,
 )
@@ -40,6 +41,7 @@ from subsessions.errors import (
     InvalidArguments,
     SessionBusy,
     SpawnDenied,
+    SubsessionError,
     UnknownSession,
     error_text,
 )
@@ -48,6 +50,7 @@ from subsessions.loop import run_child
 from subsessions.member import Member
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts import records
+from subsessions.tree import Reservation
 
 _spawn_ids = itertools.count(1)
 Record = ChildRecord[Member]
@@ -106,15 +109,23 @@ class SubsessionManager:
             raise InvalidArguments("spawn_child", "budget must be a Budget or None")
         kit = self._kit(profile)
         await self._consent(kit, prompt, budget)  # the root's on_spawn, before any place
-        with await parent.tree.reserve(parent.depth) as place:  # given back if it fails
-            call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
+        tree = parent.tree
+        call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
+        if tree.must_queue(parent.depth):  # beyond max_children: it waits its turn
+            return self._enqueue(kit, prompt, call_id, budget)
+        with await tree.reserve(parent.depth) as place:  # given back if it fails
             if not parent.is_child:  # a top-level rollout starts with its first task or child
                 parent.write_meta()
-            child = parent.new_child(kit, call_id, budget)
-            record = Record(child, PENDING)
-            runtime.spawn_task(run_child(child, prompt, partial(self._settle, record)),
-                               f"subsession-{child.session_id}")
-            place.commit()
+            record = Record(parent.new_child(kit, call_id, budget), PENDING)
+            self._launch(record, prompt, place)
+        return record.session.session_id
+
+    def _launch(self, record: Record, prompt: str, place: Reservation) -> None:
+        parent, child = self._session, record.session
+        runtime = parent.runtime
+        runtime.spawn_task(run_child(child, prompt, partial(self._settle, record)),
+                           f"subsession-{child.session_id}")
+        place.commit()
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
         # naming a child that has no rollout.
@@ -123,8 +134,46 @@ class SubsessionManager:
         parent.recorder.event(records.background(
             f"spawned child session {child.session_id} with model {child.model}"
         ))
-        runtime.dispatcher.child_started(parent, child, call_id)
-        return child.session_id
+        runtime.dispatcher.child_started(parent, child, child.call_id or "")
+
+    # -- the queue (DESIGN 3.11) ------------------------------------------------------------
+    def _enqueue(self, kit: Kit, prompt: str, call_id: str, budget: Budget | None,
+                 session_id: str | None = None) -> str:
+        """A spawn beyond max_children: its id now, its task and rollout when a place frees.
+        The parent's rollout keeps what restarts it after a crash (`requeue`)."""
+        parent = self._session
+        if not parent.is_child:
+            parent.write_meta()
+        child = parent.new_child(kit, call_id, budget, session_id)
+        child_id = child.session_id
+        record = Record(child, Queued(partial(self._withdraw, child_id)))
+        parent.tree.enqueue(child_id, partial(self._dequeued, record, prompt))
+        self._children[child_id] = record
+        parent.recorder.event({**records.background(f"queued child session {child_id}"),
+                               "queued": {"session_type": child.agent_name or "custom",
+                                          "prompt": prompt, "call_id": call_id,
+                                          "budget": budget and budget.as_dict()}})
+        return child_id
+
+    def requeue(self, session_id: str, session_type: str, prompt: str, call_id: str,
+                budget: Budget | None) -> None:
+        """A spawn that was queued when its process ended (resume): queued again under
+        its id, and started now if there is room."""
+        self._enqueue(self._kit(session_type), prompt, call_id, budget, session_id)
+        self._session.tree.start_queued()
+
+    def _dequeued(self, record: Record, prompt: str, place: Reservation) -> None:
+        with place:
+            record.dequeued()
+            try:
+                self._launch(record, prompt, place)
+            except SubsessionError as exc:  # the engine is closing: it never starts
+                self._settle(record, Failed(error_text(exc)), started=False)
+
+    def _withdraw(self, child_id: str) -> None:
+        """A queued child cancelled: it leaves the queue and ends cancelled, unstarted."""
+        if self._session.tree.withdraw(child_id):
+            self._settle(self._children[child_id], Cancelled(), started=False)
 
     async def _consent(self, kit: Kit, prompt: str, budget: Budget | None) -> None:
         """The tree's root's `on_spawn` hook (DESIGN 3.11): a `deny` answer refuses the
@@ -141,7 +190,7 @@ class SubsessionManager:
             "budget": None if budget is None else budget.as_dict(),
             "depth": kit.depth,
             "running": parent.tree.running,
-            "queued": 0,
+            "queued": parent.tree.queued,
         }
         try:
             answer = await call_maybe_async(hook, data)
@@ -178,11 +227,13 @@ class SubsessionManager:
                    parent.child_tool_context(), parent.tree, parent.depth + 1)
 
     # -- endings ----------------------------------------------------------------------------
-    def _settle(self, record: Record, outcome: Ending) -> None:
-        """A child's ending is on disk (called from its own task's `finally`)."""
+    def _settle(self, record: Record, outcome: Ending, *, started: bool = True) -> None:
+        """A child's ending is on disk (called from its own task's `finally`), or a queued
+        child that never started ends."""
         record.settle(outcome)
         parent = self._session
-        parent.tree.child_ended()
+        if started:
+            parent.tree.child_ended()
         child = record.session
         child_id = child.session_id
         if isinstance(outcome, Done):
@@ -199,9 +250,8 @@ class SubsessionManager:
         elif parent.config.notify_on_child_end:
             self._unnoticed.append(record)
         child.events.close()
-        parent.runtime.dispatcher.child_ended(
-            parent, child, record.ending_data
-        )
+        if started:
+            parent.runtime.dispatcher.child_ended(parent, child, record.ending_data)
         child.release()  # its ending is on disk: what the API reports stays, the history goes
         parent.wake()  # whether to is Session.wake's to decide (wake_on_child_end, idle)
 

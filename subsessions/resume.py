@@ -17,9 +17,10 @@ from typing import Any
 
 from attrs import evolve
 
+from subsessions.budget import parse_budget
 from subsessions.children import Cancelled, Done, Ending, Failed
 from subsessions.config import SessionConfig
-from subsessions.errors import RolloutError, SessionBusy
+from subsessions.errors import RolloutError, SessionBusy, SubsessionError
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts import Rollout, find_rollout, list_rollouts, read_rollout
@@ -125,6 +126,43 @@ def _adopt_children(
             if ended is None:
                 damaged.append(f"when {child_rollout.session_id} ended (no timestamp)")
         session.subsessions.adopt_ended(child, _ending(child_rollout), ended)
+
+
+def queued_spawns(rollout: Rollout) -> list[dict[str, Any]]:
+    """The spawns a session had queued (DESIGN 3.11) that neither started nor were
+    cancelled before its process ended: each with its id, profile, prompt, call and budget."""
+    waiting: dict[str, dict[str, Any]] = {}
+    for event in rollout.events("background_event"):
+        message, queued = event.get("message"), event.get("queued")
+        if not isinstance(message, str):
+            continue
+        words = message.split()
+        if message.startswith("queued child session ") and isinstance(queued, dict):
+            waiting[words[3]] = queued
+        elif message.startswith("spawned child session "):
+            waiting.pop(words[3], None)
+        elif message.startswith("child session "):  # ... cancelled (or ended)
+            waiting.pop(words[2], None)
+    return [{"session_id": sid, **spawn} for sid, spawn in waiting.items()]
+
+
+def requeue(session: Session, rollout: Rollout) -> None:
+    """Queue again what `queued_spawns` finds (started at once when there is room); a
+    spawn that cannot be read or whose profile is gone is reported, not restarted."""
+    problems: list[str] = []
+    for spawn in queued_spawns(rollout):
+        try:
+            prompt, session_type = spawn.get("prompt"), spawn.get("session_type")
+            if not isinstance(prompt, str) or not isinstance(session_type, str):
+                raise ValueError("no prompt or profile")
+            session.subsessions.requeue(
+                str(spawn["session_id"]), session_type, prompt, str(spawn.get("call_id", "")),
+                parse_budget(spawn.get("budget"), "resume"))
+        except (SubsessionError, ValueError) as exc:
+            problems.append(f"queued child {spawn['session_id']:.40} ({exc})")
+    if problems:
+        session.recorder.event({"type": "background_event", "message":
+                                "could not queue again: " + ", ".join(problems[:20])})
 
 
 def load(home: Path, id_or_path: str | os.PathLike[str]) -> tuple[str, Rollout]:

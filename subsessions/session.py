@@ -299,10 +299,12 @@ class Session:
         return derive_config(self.config, profile, model=self.model, cwd=self.cwd,
                              builtins=builtins)
 
-    def new_child(self, kit: Kit, call_id: str, budget: Budget | None = None) -> Session:
-        """What the manager asks for: a child session, not started."""
+    def new_child(self, kit: Kit, call_id: str, budget: Budget | None = None,
+                  session_id: str | None = None) -> Session:
+        """What the manager asks for: a child session, not started (a requeued one keeps
+        its id)."""
         return Session(self.runtime, kit.config, parent=self, kit=kit, call_id=call_id,
-                       source="subagent", budget=budget)
+                       source="subagent", budget=budget, session_id=session_id)
 
     def hand_over_head(self) -> None:
         """A spawned child's first lines to the writer, before its parent's line naming it."""

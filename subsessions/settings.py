@@ -60,6 +60,7 @@ class Settings:
     providers: Mapping[str, Provider] = BUILTIN_PROVIDERS
     max_depth: int = 2
     max_children: int = 8
+    max_queued: int = 256  # spawns beyond max_children that wait (0: refused)
     mcp_servers: Mapping[str, Any] = {}  # [mcp_servers.NAME] tables, checked by subsessions.mcp
     env_policy: EnvPolicy = field(factory=EnvPolicy)  # [shell_environment_policy]
     ray: RaySettings | None = None  # [ray]: None runs every child in this process
@@ -75,7 +76,7 @@ _PROVIDER_KEYS: dict[str, type] = {
     "name": str, "base_url": str, "env_key": str, "wire_api": str,
     "request_max_retries": int, "stream_idle_timeout_ms": int,
 }
-_AGENT_KEYS = {"max_depth": int, "max_children": int}
+_AGENT_KEYS = {"max_depth": int, "max_children": int, "max_queued": int}
 _TABLES = {"model_providers", "agents", "mcp_servers", "shell_environment_policy", "ray"}
 _RAY_KEYS: dict[str, type] = {"address": str, "shards": int, "per_shard": int}
 

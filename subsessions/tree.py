@@ -8,14 +8,14 @@ meter; a child's budget is clamped here to what its parent and the tree have lef
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from attrs import define, field
 
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig
-from subsessions.errors import ChildLimitReached, DepthLimitReached
+from subsessions.errors import ChildLimitReached, DepthLimitReached, QueueFull
 from subsessions.ledger import LOCAL, TreeLedger
 from subsessions.meter import Alarms, Meter, Stop
 from subsessions.profiles import LoadedProfile, Profile, profile_namespace
@@ -58,6 +58,8 @@ class SessionTree:
     meter: Meter | None = field(default=None, init=False)  # the root's: the tree's budget
     alarms: Alarms = field(factory=Alarms, init=False)  # the tree's limits on seconds
     _root_busy: bool = field(default=False, init=False)  # the root runs a task
+    # spawns waiting for a place (FIFO, by child id): each starts its child when called
+    _queue: dict[str, Callable[[Reservation], None]] = field(factory=dict, init=False)
     _profiles: dict[str, Profile] | None = field(default=None, init=False)
     _subsession_specs: Specs | None = field(default=None, init=False)
 
@@ -77,6 +79,39 @@ class SessionTree:
     def running(self) -> int:
         """Children running anywhere in the tree."""
         return self._running
+
+    @property
+    def queued(self) -> int:
+        """Spawns of the tree waiting for a place."""
+        return len(self._queue)
+
+    def must_queue(self, parent_depth: int) -> bool:
+        """A spawn now waits in the queue (no place is free, or others wait first); raises
+        when it may neither start nor wait. Only a tree counted here alone queues: one
+        that a driver counts too (a Ray shard's) refuses as before."""
+        if parent_depth >= self.max_depth:
+            raise DepthLimitReached(self.max_depth)
+        if self._running < self.max_children and not self._queue:
+            return False
+        limit = self.config.max_queued
+        if limit == 0 or self.ledger is not LOCAL:
+            raise ChildLimitReached(self.max_children)
+        if len(self._queue) >= limit:
+            raise QueueFull(self.max_children, limit)
+        return True
+
+    def enqueue(self, child_id: str, start: Callable[[Reservation], None]) -> None:
+        self._queue[child_id] = start
+
+    def withdraw(self, child_id: str) -> bool:
+        """A queued spawn cancelled before its turn."""
+        return self._queue.pop(child_id, None) is not None
+
+    def start_queued(self) -> None:
+        """Places freed: the oldest queued spawns start, each with a place of its own."""
+        while self._queue and self._running < self.max_children:
+            child_id = next(iter(self._queue))
+            self._queue.pop(child_id)(Reservation(self))
 
     def check_room(self, parent_depth: int) -> None:
         """Refuse a child below the depth limit or beyond the tree's running limit."""
@@ -112,6 +147,8 @@ class SessionTree:
     def child_ended(self) -> None:
         self._running -= 1
         self.ledger.ended()
+        if self._queue:
+            self.start_queued()
         if self.meter is not None and self.meter.active:
             self._quiet()
 

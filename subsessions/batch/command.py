@@ -97,6 +97,7 @@ def run_batch_command(args: argparse.Namespace, home: Path, settings: Settings, 
     config = SessionConfig(
         max_depth=settings.max_depth, max_children=max(settings.max_children,
                                                        batch.max_concurrency),
+        max_queued=settings.max_queued,
         builtin_tools=True, env_policy=settings.env_policy, cwd=str(cwd),
         sandbox=args.sandbox, approval="never", network_access=args.network)
     err = sys.stderr

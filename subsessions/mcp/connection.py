@@ -51,6 +51,7 @@ class ClientConnection:
                 config = with_base_instructions(SessionConfig(
                     max_depth=self._settings.max_depth,
                     max_children=self._settings.max_children,
+                    max_queued=self._settings.max_queued,
                     env_policy=self._settings.env_policy))
                 session = await self._engine.create_session(config, source="mcp")
                 self._session = session

@@ -46,6 +46,7 @@ def session_options(params: dict[str, Any], bridge: HostBridge, settings: Settin
         cwd=directory if isinstance(directory, str) and directory else cwd,
         max_depth=settings.max_depth,
         max_children=settings.max_children,
+        max_queued=settings.max_queued,
     )
     return SessionOptions(
         config, {profile.name: shown for profile, shown in agents},
