@@ -236,7 +236,8 @@ async def test_run_children_are_ordinary_children(
 async def test_run_parallel_over_the_child_limit_fails_the_overflow_steps(
     engine: Engine, script: Script
 ) -> None:
-    top = await engine.create_session(SessionConfig(max_children=2, custom_agents=(WORKER,)))
+    top = await engine.create_session(SessionConfig(max_children=2, max_queued=0,
+                                                    custom_agents=(WORKER,)))
     run = await top.subsessions.run_parallel([("worker", f"p{i}") for i in range(4)])
     assert run.results[:2] == ["answer to p0", "answer to p1"]
     for step in run.steps[2:]:

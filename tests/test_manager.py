@@ -443,7 +443,8 @@ async def test_below_the_depth_limit_a_child_may_spawn(engine: Engine, script: S
 
 
 async def test_child_limit_counts_running_children(engine: Engine, script: Script) -> None:
-    top = await engine.create_session(SessionConfig(max_children=2, custom_agents=(WORKER,)))
+    top = await engine.create_session(SessionConfig(max_children=2, max_queued=0,
+                                                    custom_agents=(WORKER,)))
     script.hold("a", "b")
     a = await top.subsessions.spawn_child("worker", "a")
     b = await top.subsessions.spawn_child("worker", "b")
@@ -470,7 +471,8 @@ async def test_child_limit_counts_the_whole_tree(engine: Engine, script: Script)
     ids: dict[str, str] = {}
     script.handlers["child"] = _child_that_waits_on_a_grandchild(ids)
     script.hold("grandchild")
-    top = await engine.create_session(SessionConfig(max_children=2, custom_agents=(WORKER,)))
+    top = await engine.create_session(SessionConfig(max_children=2, max_queued=0,
+                                                    custom_agents=(WORKER,)))
     cid = await top.subsessions.spawn_child("worker", "child")
     await script.started("grandchild")
     with pytest.raises(ChildLimitReached):

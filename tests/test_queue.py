@@ -4,6 +4,7 @@ and started again by `resume` after a crash."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,14 @@ async def engine(home: Path, script: Script, backend: Any) -> AsyncIterator[Engi
         yield engine
 
 
+def snapshot(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def on_disk(path: str) -> bool:
+    return os.path.exists(path)
+
+
 def background(home: Path, session_id: str) -> list[str]:
     return [e["message"] for e in events(rollout_of(home, session_id))
             if e["type"] == "background_event"]
@@ -68,7 +77,7 @@ async def test_a_spawn_beyond_the_limit_waits_its_turn_in_order(
     assert [s["status"] for s in (i.listing() for i in manager.children())] == [
         "running", "queued", "queued"]
     assert list(script.seen) == ["a"]  # the queued ones have not called their model
-    assert not Path(manager.info(b).rollout_path).exists()  # nor written a rollout
+    assert not on_disk(manager.info(b).rollout_path)  # nor written a rollout
     script.answer("a", ["a done"])
     await script.started("b")  # FIFO: b before c
     assert manager.status(b) is ChildStatus.PENDING and manager.status(c) is ChildStatus.QUEUED
@@ -86,9 +95,7 @@ async def test_a_spawn_beyond_the_limit_waits_its_turn_in_order(
 async def test_cancelling_a_queued_child_ends_it_unstarted(engine: Engine, script: Script) -> None:
     root = await top(engine, max_children=1)
     script.hold("a")
-    a = await root.subsessions.spawn_child("worker", "a")
-    b = await root.subsessions.spawn_child("worker", "b")
-    c = await root.subsessions.spawn_child("worker", "c")
+    _, b, c = [await root.subsessions.spawn_child("worker", p) for p in "abc"]
     assert await root.subsessions.cancel_child(b) is True
     assert root.subsessions.status(b) is ChildStatus.CANCELLED
     with pytest.raises(ChildCancelled):
@@ -97,7 +104,7 @@ async def test_cancelling_a_queued_child_ends_it_unstarted(engine: Engine, scrip
     script.answer("a", ["a done"])
     assert await root.subsessions.wait_child(c, timeout=30) == "answer to c"
     assert "b" not in script.seen
-    assert not Path(root.subsessions.info(b).rollout_path).exists()
+    assert not on_disk(root.subsessions.info(b).rollout_path)
     await root.recorder.flush_durable()
     assert f"child session {b} cancelled" in background(engine.home, root.session_id)
 
@@ -126,7 +133,9 @@ async def test_a_full_queue_refuses_with_its_text_and_zero_restores_refusal(
             SessionConfig(max_queued=bad)
 
 
-async def test_the_tools_show_queued_and_the_queue_full_text(engine: Engine, script: Script) -> None:
+async def test_the_tools_show_queued_and_the_queue_full_text(
+    engine: Engine, script: Script
+) -> None:
     script.hold("a")
 
     def look(outs: Any) -> Any:
@@ -179,8 +188,8 @@ async def test_resume_queues_again_what_a_crash_left_queued(home: Path, script: 
         await root.subsessions.cancel_child(c)  # cancelled before the crash: stays so
         await root.recorder.flush_durable()
         path = Path(root.rollout_path)
-        at_crash = path.read_bytes()
-    path.write_bytes(at_crash)  # what closing wrote after the "crash" never happened
+        at_crash = snapshot(path)
+    path.write_bytes(at_crash)  # noqa: ASYNC240 (what closing wrote never happened)
     later = Script()
     async with Engine(home, model_client=later.model) as engine:
         root = await engine.resume_session(root.session_id,
@@ -190,3 +199,13 @@ async def test_resume_queues_again_what_a_crash_left_queued(home: Path, script: 
         assert root.subsessions.status(a) is not ChildStatus.PENDING  # it was interrupted
         with pytest.raises(Exception, match="unknown session"):
             root.subsessions.status(c)
+
+
+async def test_run_parallel_beyond_the_limit_runs_every_step(
+    engine: Engine, script: Script
+) -> None:
+    root = await top(engine, max_children=2)
+    result = await root.subsessions.run_parallel([("worker", f"task {n}") for n in range(5)],
+                                                 timeout=60)
+    assert result.results == [f"answer to task {n}" for n in range(5)]
+    assert not result.timed_out

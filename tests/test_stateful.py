@@ -94,7 +94,7 @@ class ManagerMachine(RuleBasedStateMachine):
         )
         self.parent = self.run(
             self.engine.create_session(
-                SessionConfig(custom_agents=(WORKER,), max_children=MAX_CHILDREN)
+                SessionConfig(custom_agents=(WORKER,), max_children=MAX_CHILDREN, max_queued=0)
             )
         )
         self.manager = self.parent.subsessions

@@ -381,7 +381,7 @@ async def test_run_sessions_children_are_ordinary_children(
 async def test_run_sessions_parallel_over_the_child_limit(
     engine: Engine, script: Script, watch: Watch
 ) -> None:
-    config = SessionConfig(max_children=2, custom_agents=(WORKER,))
+    config = SessionConfig(max_children=2, max_queued=0, custom_agents=(WORKER,))
     parent = await new_parent(engine, watch, config)
     outs = await task(
         parent,

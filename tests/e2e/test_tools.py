@@ -347,7 +347,7 @@ async def test_depth_limit(engine: Engine, script: Script) -> None:
 
 async def test_concurrency_limit(engine: Engine, script: Script) -> None:
     script.hold("first")
-    config = SessionConfig(max_children=1, custom_agents=(WORKER,))
+    config = SessionConfig(max_children=1, max_queued=0, custom_agents=(WORKER,))
     parent, outs = await drive(
         engine,
         script,
