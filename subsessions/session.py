@@ -1,7 +1,7 @@
 """A session: identity, history, a rollout, a phase; its tasks run in `task.py`.
 
 What it shares with the engine's other sessions comes from the `Runtime` it is given;
-what it shares with its tree from the `SessionTree`; its tools from its `ToolRouter`.
+what it shares with its tree from the `SessionTree`; its tools from its `Kit`.
 """
 
 from __future__ import annotations
@@ -10,30 +10,34 @@ import asyncio
 import enum
 import logging
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from attrs import evolve, frozen
+
 from subsessions import task
 from subsessions.budget import Budget
 from subsessions.children import CANCEL, Stop
-from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
+from subsessions.config import SessionConfig, Tool
 from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventHub, EventStream
 from subsessions.figures import Figures
 from subsessions.ids import new_session_id
 from subsessions.items import Item
-from subsessions.kit import Kit
+from subsessions.kit import Kit, child_config, own_kit
+from subsessions.ledger import LOCAL, TreeLedger
 from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
-from subsessions.models.base import NO_USAGE
+from subsessions.models.base import NO_USAGE, TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
 from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
 from subsessions.runtime import Runtime
-from subsessions.tools import ToolContext, builtin_tools
+from subsessions.tools import ToolContext
 from subsessions.tools.context import sandbox_policy
 from subsessions.tree import SessionTree
 from subsessions.usage import Usage
@@ -48,6 +52,25 @@ class Phase(enum.Enum):
     IDLE = "idle"  # between tasks (top-level sessions)
     ENDED = "ended"  # a child's one task has written its ending
     RELEASED = "released"  # ended, its ending on disk; history and tools dropped
+
+
+@frozen
+class Origin:
+    """Where a session starts from. The named constructors (`new`, `resumed`, `stand_in`,
+    and the shard's) build one and `__init__` takes it whole: nothing is assigned after."""
+
+    session_id: str | None = None  # None: a new id
+    rollout_path: str | None = None  # a rollout it appends to (resumed); None: a new file
+    started_at: float | None = None  # None: now
+    history: tuple[Item, ...] = ()
+    token_usage: TokenUsage = NO_USAGE
+    forked_from: str | None = None
+    resume_report: str | None = None  # what resuming or forking read and skipped
+    ledger: TreeLedger = LOCAL  # a top-level session's tree is counted elsewhere too
+    inbox: tuple[str, ...] = ()  # messages it reads before its next model call
+
+
+NEW = Origin()
 
 
 class Session:
@@ -71,20 +94,20 @@ class Session:
         profile: Profile | None = None,
         call_id: str | None = None,
         source: str | dict[str, Any] = "exec",
-        resumed: tuple[str, str] | None = None,  # (id, rollout path) of a session on disk
+        origin: Origin = NEW,
         tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
-        session_id: str | None = None,  # a host's own id for a new top-level session
         budget: Budget | None = None,  # a child's, asked for at spawn (besides its config's)
         kit: Kit | None = None,  # a child's, shared with its siblings (`child_kit`)
     ) -> None:
-        self.session_id = resumed[0] if resumed else session_id or new_session_id()
+        self.session_id = origin.session_id or new_session_id()
         self.runtime = runtime
         if kit is not None:
             config, profile = kit.config, kit.profile
         self.parent = parent
         self.root: Session = parent.root if parent is not None else self
         self.tree: SessionTree = (
-            parent.tree if parent is not None else SessionTree(config, runtime.profiles)
+            parent.tree if parent is not None
+            else SessionTree(config, runtime.profiles, ledger=origin.ledger)
         )
         self.depth: int = parent.depth + 1 if parent is not None else 0
         self.call_id = call_id
@@ -93,8 +116,8 @@ class Session:
         self.instructions = config.instructions or ""
         self.cwd = config.cwd or runtime.cwd
         self.max_turns = profile.max_turns if profile is not None else config.max_turns
-        self.history: list[Item] = []
-        self.token_usage = NO_USAGE
+        self.history: list[Item] = list(origin.history)
+        self.token_usage = origin.token_usage
         self.meter: Meter = (
             self.tree.root_meter(self.stop_for_budget) if parent is None else
             self.tree.child_meter(parent.meter, budget.clamp(config.budget) if budget
@@ -102,15 +125,14 @@ class Session:
         )
         self.stop: Stop | None = None  # the first stop asked of its task (first wins)
         self.last_message: str | None = None  # its last assistant message so far
-        self.inbox: list[str] = []  # messages sent while it runs, read before its next call
+        self.inbox: list[str] = list(origin.inbox)  # sent while it runs, read before its next call
         self.taking_messages = parent is not None  # a queued child reads its inbox first
         self.mailbox: Callable[[str], Awaitable[bool]] | None = None  # a remote task's inbox
         self._task: asyncio.Task[object] | None = None  # its task, from its first line
-        self.started_at = time.time()
+        self.started_at = origin.started_at or time.time()
         self.recorder = RolloutRecorder(
             runtime.writer,
-            resumed[1] if resumed else rollout_path(runtime.home, self.session_id,
-                                                    self.started_at),
+            origin.rollout_path or rollout_path(runtime.home, self.session_id, self.started_at),
             runtime.unwritten,
             self.depth,
         )
@@ -119,15 +141,48 @@ class Session:
         )
         self._subsessions: SubsessionManager | None = None  # made when first asked for
         self._child_context: ToolContext | None = None
-        self.kit = kit or self._own_kit(config, profile, tool_context)
+        if kit is None and parent is None and tool_context is None:
+            kit = own_kit(config, profile, self.tree, self.cwd, runtime.home,
+                          partial(runtime.dispatcher.request_permission, self))
+        self.kit = kit or Kit(config, profile, {t.name: t for t in config.tools}, tool_context,
+                              self.tree, self.depth)
         self.tool_calls = 0  # function calls run
         self.answered_by: str | None = None  # the model that answered last, if not `model`
-        self._phase = Phase.OPEN if resumed is not None else Phase.NEW  # keeps its first meta
+        # a resumed session keeps its first meta
+        self._phase = Phase.OPEN if origin.rollout_path is not None else Phase.NEW
         self._notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
-        self.forked_from: str | None = None
-        self.resume_report: str | None = None  # what resuming or forking read and skipped
+        self.forked_from = origin.forked_from
+        self.resume_report = origin.resume_report
         self.turns = 0
         self.elsewhere: dict[str, Usage] = {}  # descendants run by another process, by id
+
+    # -- the named constructors ---------------------------------------------------------------
+    @classmethod
+    def new(cls, runtime: Runtime, config: SessionConfig, *, profile: Profile | None = None,
+            source: str | dict[str, Any] = "exec", session_id: str | None = None,
+            origin: Origin = NEW) -> Session:
+        """A new top-level session (`session_id`: a host's own id for it; a fork's `origin`
+        names what it starts from)."""
+        if session_id is not None:
+            origin = evolve(origin, session_id=session_id)
+        return cls(runtime, config, profile=profile, source=source, origin=origin)
+
+    @classmethod
+    def resumed(cls, runtime: Runtime, config: SessionConfig, origin: Origin, *,
+                source: str | dict[str, Any] = "exec", parent: Session | None = None,
+                profile: Profile | None = None) -> Session:
+        """A session whose rollout exists (`origin.rollout_path`): a resumed top-level
+        session, or (with `parent`) a child of it that ended in an earlier run."""
+        return cls(runtime, config, parent=parent, profile=profile, source=source,
+                   origin=origin)
+
+    @classmethod
+    def stand_in(cls, runtime: Runtime, config: SessionConfig, session_id: str,
+                 ledger: TreeLedger) -> Session:
+        """A top-level session of another process, standing in for it where some of its
+        children run (a Ray shard): it writes nothing and never runs a task; its tree is
+        counted by that process through `ledger`."""
+        return cls(runtime, config, origin=Origin(session_id, os.devnull, ledger=ledger))
 
     def __repr__(self) -> str:
         kind = f"child of {self.parent.session_id} depth={self.depth}" if self.parent else "top"
@@ -271,32 +326,9 @@ class Session:
             self._child_context = self.tool_context.for_child()
         return self._child_context
 
-    def _own_kit(self, config: SessionConfig, profile: Profile | None,
-                 context: ToolContext | None) -> Kit:
-        """A session's own kit: a top-level session's built-in tools are bound to its own
-        workspace and permission handler; another's context comes made (a child's)."""
-        tools = config.tools
-        if context is None and config.builtin_tools and self.parent is None:
-            context = ToolContext(
-                cwd=self.cwd, sandbox=config.sandbox, network_access=config.network_access,
-                read_only_paths=(str(self.runtime.home),),
-                approval=config.approval, env_policy=config.env_policy,
-                max_processes=config.max_processes,
-                ask_permission=partial(self.runtime.dispatcher.request_permission, self),
-            )
-            tools += builtin_tools(context, _builtin_names(config))
-        return Kit(config, profile, {t.name: t for t in tools}, context, self.tree, self.depth)
-
     def child_config(self, profile: Profile) -> SessionConfig:
-        """A child's config (`derive_config`); built-in tools are made anew for the child,
-        bound to its non-interactive context."""
-        builtins: tuple[Tool, ...] = ()
-        context = self.child_tool_context()
-        if context is not None:
-            names = [t.name for t in self.tools() if t.name in BUILTIN_TOOL_NAMES]
-            builtins = builtin_tools(context, names)
-        return derive_config(self.config, profile, model=self.model, cwd=self.cwd,
-                             builtins=builtins)
+        """A child's config (`kit.child_config`)."""
+        return child_config(self.kit, profile, self.model, self.cwd, self.child_tool_context())
 
     def new_child(self, kit: Kit, call_id: str, budget: Budget | None = None) -> Session:
         """What the manager asks for: a child session, not started."""
@@ -379,6 +411,20 @@ class Session:
             return await self.mailbox(message)
         self.inbox.append(message)
         return True
+
+    # -- what applications ask of it -------------------------------------------------------
+    def flush(self) -> None:
+        """Hand what it has recorded to the rollout writer (the periodic flush would, a
+        moment later): an application that reads the file next sees it."""
+        self.recorder.flush()
+
+    async def flush_durable(self) -> None:
+        """Its recorded lines written to its rollout and synced (RolloutError if not)."""
+        await self.recorder.flush_durable()
+
+    def abort(self) -> bool:
+        """Cancel its running task (each aborts its own children first); whether one ran."""
+        return bool(self.runtime.cancel_top_tasks(self.session_id))
 
     # -- the task loop ----------------------------------------------------------------------
     async def send_and_wait(self, prompt: str, timeout: float | None = None) -> str | None:
@@ -486,7 +532,3 @@ class Session:
             self.recorder.event(note)
         self._notes = ()
 
-
-def _builtin_names(config: SessionConfig) -> tuple[str, ...] | None:
-    chosen = config.builtin_tools
-    return None if chosen is True else tuple(chosen or ())
