@@ -13,7 +13,6 @@ import itertools
 import os
 from collections import Counter
 from collections.abc import Coroutine
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +55,14 @@ Record = ChildRecord[Member]
 class SubsessionManager:
     """The children of one session. Limits are counted over the root's whole tree."""
 
-    __slots__ = ("_children", "_kits", "_session", "_unnoticed")
+    __slots__ = ("_children", "_kits", "_session", "_settle_one", "_unnoticed")
 
     def __init__(self, session: Member) -> None:
         self._session = session
         self._children: dict[str, Record] = {}
         self._kits: dict[str | Profile, Kit] = {}  # what siblings of one profile share
         self._unnoticed: list[Record] = []  # ended children the parent was not told of yet
+        self._settle_one = self._settle  # every record's `on_ended` (one bound method)
 
     def __repr__(self) -> str:
         counts = Counter(child.status.value for child in self._children.values())
@@ -111,8 +111,8 @@ class SubsessionManager:
             if not parent.is_child:  # a top-level rollout starts with its first task or child
                 parent.write_meta()
             child = parent.new_child(kit, call_id, budget)
-            record = Record(child, PENDING)
-            runtime.spawn_task(run_child(child, prompt, partial(self._settle, record)),
+            record = Record(child, PENDING, on_ended=self._settle_one)
+            runtime.spawn_task(run_child(child, prompt, record),
                                f"subsession-{child.session_id}")
             place.commit()
         # The child's session_meta reaches the writer before the parent's line naming it
@@ -225,7 +225,8 @@ class SubsessionManager:
     def adopt_ended(self, child: Member, state: Ending, ended_at: float | None) -> None:
         """Know a child that ended in an earlier run (resume): it can be waited for."""
         child.release()  # run again, it reloads its history from its rollout
-        self._children[child.session_id] = Record(child, state, ended_at=ended_at)
+        self._children[child.session_id] = Record(child, state, ended_at=ended_at,
+                                                  on_ended=self._settle_one)
 
     def tree(self) -> list[Member]:
         """Every descendant session, depth first."""
@@ -373,7 +374,7 @@ class SubsessionManager:
         child = record.session
         with parent.tree.reserve_follow_up() as place:
             child.prepare_follow_up()
-            runtime.spawn_task(run_child(child, message, partial(self._settle, record)),
+            runtime.spawn_task(run_child(child, message, record),
                                f"subsession-{child.session_id}")
             place.commit()
         record.restart()

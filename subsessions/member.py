@@ -6,7 +6,7 @@ module sits above it (it builds sessions; the manager only asks for them).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from typing import Protocol
 
 from subsessions.budget import Budget
@@ -63,13 +63,13 @@ class Member(Caller, Protocol):
     def budget(self) -> Budget | None: ...
     inbox: list[str]
     taking_messages: bool
-    elsewhere: dict[str, Usage]  # usage of descendants run by another process (Ray)
 
     async def take_message(self, message: str) -> bool: ...
     async def flush_durable(self) -> None: ...
 
     def tools(self) -> tuple[Tool, ...]: ...
     def usage(self, include_children: bool = False) -> Usage: ...
+    def remote_usages(self) -> Iterable[Usage]: ...  # of descendants run by another process
     def request_stop(self, budget: BudgetExhausted | None = None, *,
                      deliver: bool = True) -> bool: ...
     def write_meta(self) -> None: ...

@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -78,11 +78,41 @@ class Session:
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
-        "_child_context", "_notes", "_phase", "_subsessions", "_task", "answered_by",
-        "call_id", "cwd", "depth", "elsewhere", "events", "forked_from", "history", "inbox",
-        "instructions", "kit", "last_message", "mailbox", "max_turns", "meter", "model",
-        "parent", "recorder", "resume_report", "root", "runtime", "session_id", "source",
-        "started_at", "stop", "taking_messages", "token_usage", "tool_calls", "tree", "turns",
+        "_child_context",
+        "_elsewhere",
+        "_notes",
+        "_phase",
+        "_subsessions",
+        "_task",
+        "answered_by",
+        "call_id",
+        "cwd",
+        "depth",
+        "events",
+        "forked_from",
+        "history",
+        "inbox",
+        "instructions",
+        "kit",
+        "last_message",
+        "mailbox",
+        "max_turns",
+        "meter",
+        "model",
+        "parent",
+        "recorder",
+        "resume_report",
+        "root",
+        "runtime",
+        "session_id",
+        "source",
+        "started_at",
+        "stop",
+        "taking_messages",
+        "token_usage",
+        "tool_calls",
+        "tree",
+        "turns",
     )
 
     def __init__(
@@ -154,7 +184,8 @@ class Session:
         self.forked_from = origin.forked_from
         self.resume_report = origin.resume_report
         self.turns = 0
-        self.elsewhere: dict[str, Usage] = {}  # descendants run by another process, by id
+        # usage of descendants run by another process (Ray), by id: made when one reports
+        self._elsewhere: dict[str, Usage] | None = None
 
     # -- the named constructors ---------------------------------------------------------------
     @classmethod
@@ -290,8 +321,23 @@ class Session:
         if not include_children:
             return own
         tree = self._subsessions.tree() if self._subsessions is not None else []
-        return Usage.total([own, *(s.usage() for s in tree), *self.elsewhere.values(),
-                            *(u for s in tree for u in s.elsewhere.values())])
+        return Usage.total([own, *(s.usage() for s in tree), *self.remote_usages(),
+                            *(u for s in tree for u in s.remote_usages())])
+
+    def remote_usages(self) -> Iterable[Usage]:
+        """What its descendants run by another process (Ray) reported, one per session."""
+        return () if self._elsewhere is None else self._elsewhere.values()
+
+    def remote_usage(self, session_id: str) -> Usage:
+        """What a descendant run by another process reported so far (nothing: zeros)."""
+        known = None if self._elsewhere is None else self._elsewhere.get(session_id)
+        return known or Usage()
+
+    def count_remote(self, session_id: str, usage: Usage) -> None:
+        """A descendant run by another process reports its usage (it replaces the last)."""
+        if self._elsewhere is None:
+            self._elsewhere = {}
+        self._elsewhere[session_id] = usage
 
     def apply(self, figures: Figures) -> None:
         """Its figures from the process its task runs in (a shard): usage, the answering
