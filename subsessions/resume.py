@@ -27,7 +27,8 @@ from subsessions.rollouts.status import writer_claim
 from subsessions.rollouts.summary import instructions_of
 from subsessions.rollouts.values import optional_text, parse_stamp, text
 from subsessions.runtime import Runtime
-from subsessions.session import Origin, Session
+from subsessions.session import Session
+from subsessions.session_state import Origin
 
 
 def writer_pid(rollout: Rollout) -> object:

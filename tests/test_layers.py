@@ -116,7 +116,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     3: ("dispatch", "runtime"),
     4: ("batch.runner", "batch.planning", "composition", "loop", "manager", "member"),
     5: ("handlers.subsessions", "router", "task"),
-    6: ("resume", "session"),
+    6: ("resume", "session", "session_state"),
     7: ("engine", "ray", "ray.backend", "ray.channel", "ray.host", "ray.ledger", "ray.placement",
         "ray.shard", "ray.wire"),
     8: ("", "__main__", "_exports", "access", "batch.command", "batch.progress", "cli", "demo",

@@ -33,7 +33,8 @@ from subsessions.ray.ledger import DriverLedger
 from subsessions.ray.wire import ChildSpec, Event, Outcome, RootSpec, Spent, ToolSpec
 from subsessions.rollouts.reader import read_rollout
 from subsessions.runtime import Runtime
-from subsessions.session import Origin, Session
+from subsessions.session import Session
+from subsessions.session_state import Origin
 from subsessions.settings import Settings
 from subsessions.tools import builtin_tools
 
