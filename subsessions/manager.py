@@ -1,7 +1,7 @@
 """SubsessionManager: one per session; spawns, tracks, waits for and cancels its children.
 
 The manager never builds a session: it asks its owner (`new_child`), and it is typed
-against the `Member` protocol (member.py), what it needs of its owner and of the children.
+against the `Member` protocol (spawning.py), what it needs of its owner and of the children.
 Tree-wide limits and profiles live in the owner's `SessionTree`; each child's one
 ending in its `ChildRecord`.
 """
@@ -32,21 +32,17 @@ from subsessions.children import (
     RunResult,
     WaitResult,
 )
-from subsessions.config import SessionConfig, as_child_config, filter_tools
-from subsessions.dispatch import call_maybe_async
+from subsessions.config import SessionConfig, filter_tools
 from subsessions.errors import (
     BudgetExhausted,
     InvalidArguments,
     SessionBusy,
-    SpawnDenied,
     UnknownSession,
-    error_text,
 )
-from subsessions.kit import Kit
 from subsessions.loop import run_child
-from subsessions.member import Member
-from subsessions.profiles import Profile, resolve_profile
+from subsessions.profiles import Profile
 from subsessions.rollouts import records
+from subsessions.spawning import Kits, Member, consent
 
 _spawn_ids = itertools.count(1)
 Record = ChildRecord[Member]
@@ -60,7 +56,7 @@ class SubsessionManager:
     def __init__(self, session: Member) -> None:
         self._session = session
         self._children: dict[str, Record] = {}
-        self._kits: dict[str | Profile, Kit] = {}  # what siblings of one profile share
+        self._kits = Kits(session)  # what siblings of one profile share
         self._unnoticed: list[Record] = []  # ended children the parent was not told of yet
         self._settle_one = self._settle  # every record's `on_ended` (one bound method)
 
@@ -77,7 +73,7 @@ class SubsessionManager:
         """The definitions (name, description, parameters) of this session's tools that an
         agent's allowlist admits, in allowlist order: what that agent's model is told.
         Nothing for an agent without an allowlist: it sees the session's whole list anyway."""
-        profile = self._kit(agent).profile
+        profile = self._kits.get(agent).profile
         if profile is None or profile.tools is None:
             return []
         return [
@@ -104,8 +100,8 @@ class SubsessionManager:
             raise InvalidArguments("spawn_child", "prompt must be a non-empty string")
         if budget is not None and not isinstance(budget, Budget):
             raise InvalidArguments("spawn_child", "budget must be a Budget or None")
-        kit = self._kit(profile)
-        await self._consent(kit, prompt, budget)  # the root's on_spawn, before any place
+        kit = self._kits.get(profile)
+        await consent(parent, kit, prompt, budget)  # the root's on_spawn, before any place
         with await parent.tree.reserve(parent.depth) as place:  # given back if it fails
             call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
             if not parent.is_child:  # a top-level rollout starts with its first task or child
@@ -126,56 +122,10 @@ class SubsessionManager:
         runtime.dispatcher.child_started(parent, child, call_id)
         return child.session_id
 
-    async def _consent(self, kit: Kit, prompt: str, budget: Budget | None) -> None:
-        """The tree's root's `on_spawn` hook (DESIGN 3.11): a `deny` answer refuses the
-        spawn; a hook that fails denies with its error's text (consent was not given)."""
-        parent = self._session
-        hooks = parent.tree.config.hooks
-        hook = hooks.on_spawn if hooks is not None else None
-        if hook is None:
-            return
-        data = {
-            "session_id": parent.session_id,
-            "session_type": kit.profile.name if kit.profile is not None else "custom",
-            "prompt": prompt,
-            "budget": None if budget is None else budget.as_dict(),
-            "depth": kit.depth,
-            "running": parent.tree.running,
-            "queued": 0,
-        }
-        try:
-            answer = await call_maybe_async(hook, data)
-        except Exception as exc:  # no consent: the spawn is refused, with the hook's error
-            raise SpawnDenied(error_text(exc)) from exc
-        if isinstance(answer, dict) and answer.get("decision") == "deny":
-            raise SpawnDenied(str(answer.get("reason") or "denied by a hook"))
-
     def _check_can_start(self, what: str) -> None:
         parent = self._session
         if parent.is_child and parent.ended:
             raise SessionBusy(parent.session_id, f"has ended; it cannot {what}")
-
-    def _kit(self, profile: str | Profile | SessionConfig) -> Kit:
-        """What a child spawned from `profile` is made of: one kit per profile for the
-        siblings under this parent (a host's SessionConfig is used as given)."""
-        parent = self._session
-        if isinstance(profile, SessionConfig):
-            return self._new_kit(*as_child_config(profile, parent.model, parent.cwd))
-        if not isinstance(profile, str | Profile):
-            raise InvalidArguments(
-                "spawn_child", "profile must be a profile name, a Profile or a SessionConfig"
-            )
-        kit = self._kits.get(profile)
-        if kit is None:
-            chosen = resolve_profile(profile, self.profiles())
-            # persona and memory stay out in derive_config
-            kit = self._kits[profile] = self._new_kit(chosen, parent.child_config(chosen))
-        return kit
-
-    def _new_kit(self, profile: Profile, config: SessionConfig) -> Kit:
-        parent = self._session
-        return Kit(config, profile, {t.name: t for t in config.tools},
-                   parent.child_tool_context(), parent.tree, parent.depth + 1)
 
     # -- endings ----------------------------------------------------------------------------
     def _settle(self, record: Record, outcome: Ending) -> None:

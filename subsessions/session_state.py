@@ -155,7 +155,7 @@ class SessionState:
         kind = f"child of {self.parent.session_id} depth={self.depth}" if self.parent else "top"
         return f"<Session {self.session_id} {kind} model={self.model!r} {self._phase.value}>"
 
-    # -- identity and state, as hosts, the manager and the router read them ----------------
+    # -- identity and state, as hosts, the manager and the task loop read them -------------
     @property
     def spawned(self) -> SubsessionManager | None:
         """Its children's manager if it was ever asked for (readers make none)."""
