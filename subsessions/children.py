@@ -83,6 +83,7 @@ class Queued(Pending):
 
 
 PENDING = Pending()
+CANCELLED = Cancelled()  # frozen: every cancelled child can share this one
 ChildState = Pending | Done | Failed | Cancelled
 Ending = Done | Failed | Cancelled
 STATUS_OF = {Queued: ChildStatus.QUEUED, Pending: ChildStatus.PENDING, Done: ChildStatus.DONE,
@@ -206,6 +207,10 @@ class ChildRecord(Generic[S]):
     waiters: int = 0  # waits in progress: an ending they see needs no notice
     waited: bool = False  # the parent has been told how this child ended
     finished: asyncio.Future[None] = field(init=False)
+    # how its parent settles it once its ending is on disk (`ended`): one bound method of
+    # the parent's manager, shared by all its records
+    on_ended: Callable[[ChildRecord[S], Ending], None] = field(
+        default=lambda record, outcome: record.settle(outcome), kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         self.finished = asyncio.get_running_loop().create_future()
@@ -256,6 +261,10 @@ class ChildRecord(Generic[S]):
         """Running and not ending: a message sent now is read before its next model call."""
         return (isinstance(self._state, Pending) and self.session.stop is None
                 and self.session.taking_messages)
+
+    def ended(self, outcome: Ending) -> None:
+        """The child's task has written its ending: its parent settles it (`on_ended`)."""
+        self.on_ended(self, outcome)
 
     def settle(self, outcome: Ending) -> None:
         """The child's one ending; a second raises (exactly one ending per child)."""

@@ -183,8 +183,8 @@ class Engine:
         self.check_open()  # closing may have started while the MCP servers started
         # No rollout yet: it starts with the first task or child, so a session that never
         # does anything (an MCP connection that only looked) leaves no empty file behind.
-        session = Session(self._runtime, config, source=source, profile=chosen,
-                          session_id=session_id)
+        session = Session.new(self._runtime, config, source=source, profile=chosen,
+                              session_id=session_id)
         for name, problem in mcp_errors.items():
             session.note(f"MCP server {name} is unavailable: {problem}")
         self._sessions[session.session_id] = session

@@ -8,13 +8,15 @@ parent's config; a top-level session has a kit of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from attrs import field, frozen
 
-from subsessions.config import SessionConfig, Tool
+from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
 from subsessions.handlers import ask_user, parent_message
 from subsessions.profiles import Profile
-from subsessions.tools.context import ToolContext
+from subsessions.tools import ToolContext, builtin_tools
+from subsessions.tools.context import AskPermission
 from subsessions.tree import SessionTree, Specs
 
 
@@ -56,3 +58,36 @@ class Kit:
                 specs += (parent_message.SPEC,)
             self._specs.append(specs)
         return self._specs[0]
+
+
+def own_kit(config: SessionConfig, profile: Profile | None, tree: SessionTree, cwd: str,
+            home: Path, ask_permission: AskPermission) -> Kit:
+    """A top-level session's kit: its built-in tools bound to its own workspace and its
+    host's permission handler (`ask_permission`)."""
+    tools = config.tools
+    context = None
+    if config.builtin_tools:
+        context = ToolContext(
+            cwd=cwd, sandbox=config.sandbox, network_access=config.network_access,
+            read_only_paths=(str(home),), approval=config.approval,
+            env_policy=config.env_policy, max_processes=config.max_processes,
+            ask_permission=ask_permission,
+        )
+        tools += builtin_tools(context, _builtin_names(config))
+    return Kit(config, profile, {t.name: t for t in tools}, context, tree, 0)
+
+
+def child_config(kit: Kit, profile: Profile, model: str, cwd: str,
+                 context: ToolContext | None) -> SessionConfig:
+    """A child's config under a session of `kit` (`derive_config`); built-in tools are made
+    anew for the child, bound to its non-interactive `context`."""
+    builtins: tuple[Tool, ...] = ()
+    if context is not None:
+        names = [name for name in kit.tools if name in BUILTIN_TOOL_NAMES]
+        builtins = builtin_tools(context, names)
+    return derive_config(kit.config, profile, model=model, cwd=cwd, builtins=builtins)
+
+
+def _builtin_names(config: SessionConfig) -> tuple[str, ...] | None:
+    chosen = config.builtin_tools
+    return None if chosen is True else tuple(chosen or ())

@@ -8,15 +8,19 @@ coroutine decides its ending where it catches it, and hands it to its parent in 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from functools import partial
 from typing import Protocol
 
-from subsessions.children import Cancelled, Done, Ending, Failed, on_disk
+from subsessions.children import CANCELLED, Done, Ending, Failed, on_disk
 from subsessions.errors import error_text
 from subsessions.rollouts.recorder import RolloutRecorder
 
-Settle = Callable[[Ending], None]
+
+class Settles(Protocol):
+    """Where a child's ending goes once it is on disk (its record in its parent)."""
+
+    def ended(self, outcome: Ending) -> None: ...
 
 
 class ChildTask(Protocol):
@@ -28,10 +32,11 @@ class ChildTask(Protocol):
     def child_task(self, prompt: str) -> Awaitable[str | None]: ...
 
 
-async def run_child(child: ChildTask, prompt: str, settle: Settle) -> str | None:
-    """Run the child's task (its backend's coroutine, awaited in this frame); `settle` gets
-    its ending once that is in its rollout (a result that never reached the disk fails)."""
-    outcome: Ending = Cancelled()
+async def run_child(child: ChildTask, prompt: str, record: Settles) -> str | None:
+    """Run the child's task (its backend's coroutine, awaited in this frame); its `record`
+    gets its ending once that is in its rollout (a result that never reached the disk
+    fails)."""
+    outcome: Ending = CANCELLED
     try:
         result = await child.child_task(prompt)
         outcome = Done(result)
@@ -42,12 +47,12 @@ async def run_child(child: ChildTask, prompt: str, settle: Settle) -> str | None
         outcome = Failed(error_text(exc))
         raise
     finally:
-        written = partial(_settle, settle, outcome)
+        written = partial(_settle, record, outcome)
         try:
             child.recorder.flush_then(written)
         except RuntimeError:  # the writer is closed: nothing more can reach the disk
             written(None)
 
 
-def _settle(settle: Settle, outcome: Ending, unwritten: Exception | None) -> None:
-    settle(on_disk(outcome, unwritten))
+def _settle(record: Settles, outcome: Ending, unwritten: Exception | None) -> None:
+    record.ended(on_disk(outcome, unwritten))

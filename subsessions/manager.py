@@ -1,7 +1,7 @@
 """SubsessionManager: one per session; spawns, tracks, waits for and cancels its children.
 
 The manager never builds a session: it asks its owner (`new_child`), and it is typed
-against the `Member` protocol (member.py), what it needs of its owner and of the children.
+against the `Member` protocol (spawning.py), what it needs of its owner and of the children.
 Tree-wide limits and profiles live in the owner's `SessionTree`; each child's one
 ending in its `ChildRecord`.
 """
@@ -34,22 +34,20 @@ from subsessions.children import (
     RunResult,
     WaitResult,
 )
-from subsessions.config import SessionConfig, as_child_config, filter_tools
-from subsessions.dispatch import call_maybe_async
+from subsessions.config import SessionConfig, filter_tools
 from subsessions.errors import (
     BudgetExhausted,
     InvalidArguments,
     SessionBusy,
-    SpawnDenied,
     SubsessionError,
     UnknownSession,
     error_text,
 )
 from subsessions.kit import Kit
 from subsessions.loop import run_child
-from subsessions.member import Member
-from subsessions.profiles import Profile, resolve_profile
+from subsessions.profiles import Profile
 from subsessions.rollouts import records
+from subsessions.spawning import Kits, Member, consent
 from subsessions.tree import Reservation
 
 _spawn_ids = itertools.count(1)
@@ -59,13 +57,14 @@ Record = ChildRecord[Member]
 class SubsessionManager:
     """The children of one session. Limits are counted over the root's whole tree."""
 
-    __slots__ = ("_children", "_kits", "_session", "_unnoticed")
+    __slots__ = ("_children", "_kits", "_session", "_settle_one", "_unnoticed")
 
     def __init__(self, session: Member) -> None:
         self._session = session
         self._children: dict[str, Record] = {}
-        self._kits: dict[str | Profile, Kit] = {}  # what siblings of one profile share
+        self._kits = Kits(session)  # what siblings of one profile share
         self._unnoticed: list[Record] = []  # ended children the parent was not told of yet
+        self._settle_one = self._settle  # every record's `on_ended` (one bound method)
 
     def __repr__(self) -> str:
         counts = Counter(child.status.value for child in self._children.values())
@@ -80,7 +79,7 @@ class SubsessionManager:
         """The definitions (name, description, parameters) of this session's tools that an
         agent's allowlist admits, in allowlist order: what that agent's model is told.
         Nothing for an agent without an allowlist: it sees the session's whole list anyway."""
-        profile = self._kit(agent).profile
+        profile = self._kits.get(agent).profile
         if profile is None or profile.tools is None:
             return []
         return [
@@ -107,8 +106,8 @@ class SubsessionManager:
             raise InvalidArguments("spawn_child", "prompt must be a non-empty string")
         if budget is not None and not isinstance(budget, Budget):
             raise InvalidArguments("spawn_child", "budget must be a Budget or None")
-        kit = self._kit(profile)
-        await self._consent(kit, prompt, budget)  # the root's on_spawn, before any place
+        kit = self._kits.get(profile)
+        await consent(parent, kit, prompt, budget)  # the root's on_spawn, before any place
         tree = parent.tree
         call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
         if tree.must_queue(parent.depth):  # beyond max_children: it waits its turn
@@ -116,15 +115,15 @@ class SubsessionManager:
         with await tree.reserve(parent.depth) as place:  # given back if it fails
             if not parent.is_child:  # a top-level rollout starts with its first task or child
                 parent.write_meta()
-            record = Record(parent.new_child(kit, call_id, budget), PENDING)
+            record = Record(parent.new_child(kit, call_id, budget), PENDING,
+                            on_ended=self._settle_one)
             self._launch(record, prompt, place)
         return record.session.session_id
 
     def _launch(self, record: Record, prompt: str, place: Reservation) -> None:
         parent, child = self._session, record.session
         runtime = parent.runtime
-        runtime.spawn_task(run_child(child, prompt, partial(self._settle, record)),
-                           f"subsession-{child.session_id}")
+        runtime.spawn_task(run_child(child, prompt, record), f"subsession-{child.session_id}")
         place.commit()
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
@@ -146,7 +145,8 @@ class SubsessionManager:
             parent.write_meta()
         child = parent.new_child(kit, call_id, budget, session_id)
         child_id = child.session_id
-        record = Record(child, Queued(partial(self._withdraw, child_id)))
+        record = Record(child, Queued(partial(self._withdraw, child_id)),
+                        on_ended=self._settle_one)
         parent.tree.enqueue(child_id, partial(self._dequeued, record, prompt))
         self._children[child_id] = record
         parent.recorder.event({**records.background(f"queued child session {child_id}"),
@@ -159,7 +159,7 @@ class SubsessionManager:
                 budget: Budget | None) -> None:
         """A spawn that was queued when its process ended (resume): queued again under
         its id, and started now if there is room."""
-        self._enqueue(self._kit(session_type), prompt, call_id, budget, session_id)
+        self._enqueue(self._kits.get(session_type), prompt, call_id, budget, session_id)
         self._session.tree.start_queued()
 
     def _dequeued(self, record: Record, prompt: str, place: Reservation) -> None:
@@ -175,56 +175,10 @@ class SubsessionManager:
         if self._session.tree.withdraw(child_id):
             self._settle(self._children[child_id], Cancelled(), started=False)
 
-    async def _consent(self, kit: Kit, prompt: str, budget: Budget | None) -> None:
-        """The tree's root's `on_spawn` hook (DESIGN 3.11): a `deny` answer refuses the
-        spawn; a hook that fails denies with its error's text (consent was not given)."""
-        parent = self._session
-        hooks = parent.tree.config.hooks
-        hook = hooks.on_spawn if hooks is not None else None
-        if hook is None:
-            return
-        data = {
-            "session_id": parent.session_id,
-            "session_type": kit.profile.name if kit.profile is not None else "custom",
-            "prompt": prompt,
-            "budget": None if budget is None else budget.as_dict(),
-            "depth": kit.depth,
-            "running": parent.tree.running,
-            "queued": parent.tree.queued,
-        }
-        try:
-            answer = await call_maybe_async(hook, data)
-        except Exception as exc:  # no consent: the spawn is refused, with the hook's error
-            raise SpawnDenied(error_text(exc)) from exc
-        if isinstance(answer, dict) and answer.get("decision") == "deny":
-            raise SpawnDenied(str(answer.get("reason") or "denied by a hook"))
-
     def _check_can_start(self, what: str) -> None:
         parent = self._session
         if parent.is_child and parent.ended:
             raise SessionBusy(parent.session_id, f"has ended; it cannot {what}")
-
-    def _kit(self, profile: str | Profile | SessionConfig) -> Kit:
-        """What a child spawned from `profile` is made of: one kit per profile for the
-        siblings under this parent (a host's SessionConfig is used as given)."""
-        parent = self._session
-        if isinstance(profile, SessionConfig):
-            return self._new_kit(*as_child_config(profile, parent.model, parent.cwd))
-        if not isinstance(profile, str | Profile):
-            raise InvalidArguments(
-                "spawn_child", "profile must be a profile name, a Profile or a SessionConfig"
-            )
-        kit = self._kits.get(profile)
-        if kit is None:
-            chosen = resolve_profile(profile, self.profiles())
-            # persona and memory stay out in derive_config
-            kit = self._kits[profile] = self._new_kit(chosen, parent.child_config(chosen))
-        return kit
-
-    def _new_kit(self, profile: Profile, config: SessionConfig) -> Kit:
-        parent = self._session
-        return Kit(config, profile, {t.name: t for t in config.tools},
-                   parent.child_tool_context(), parent.tree, parent.depth + 1)
 
     # -- endings ----------------------------------------------------------------------------
     def _settle(self, record: Record, outcome: Ending, *, started: bool = True) -> None:
@@ -275,7 +229,8 @@ class SubsessionManager:
     def adopt_ended(self, child: Member, state: Ending, ended_at: float | None) -> None:
         """Know a child that ended in an earlier run (resume): it can be waited for."""
         child.release()  # run again, it reloads its history from its rollout
-        self._children[child.session_id] = Record(child, state, ended_at=ended_at)
+        self._children[child.session_id] = Record(child, state, ended_at=ended_at,
+                                                  on_ended=self._settle_one)
 
     def tree(self) -> list[Member]:
         """Every descendant session, depth first."""
@@ -430,7 +385,7 @@ class SubsessionManager:
         child = record.session
         with parent.tree.reserve_follow_up() as place:
             child.prepare_follow_up()
-            runtime.spawn_task(run_child(child, message, partial(self._settle, record)),
+            runtime.spawn_task(run_child(child, message, record),
                                f"subsession-{child.session_id}")
             place.commit()
         record.restart()

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from attrs import evolve
+from attrs import evolve, frozen
 
 from subsessions.budget import parse_budget
 from subsessions.children import Cancelled, Done, Ending, Failed
@@ -29,6 +29,7 @@ from subsessions.rollouts.summary import instructions_of
 from subsessions.rollouts.values import optional_text, parse_stamp, text
 from subsessions.runtime import Runtime
 from subsessions.session import Session
+from subsessions.session_state import Origin
 
 
 def writer_pid(rollout: Rollout) -> object:
@@ -100,32 +101,48 @@ def _ending(rollout: Rollout) -> Ending:
     return Failed(f"{status}: the process that ran it ended before it finished")
 
 
-def _adopt_children(
-    runtime: Runtime, session: Session, parent_id: str, damaged: list[str]
-) -> None:
-    """Know each child from its rollout; what of it is damaged is left out and reported."""
-    for summary in reversed(list_rollouts(runtime.home, parent=parent_id)):  # oldest first
+@frozen
+class _Known:
+    """A child as its rollout tells it, read before its parent is built."""
+
+    rollout: Rollout
+    origin: Origin
+    ending: Ending
+    ended_at: float | None
+
+
+def _read_children(home: Path, parent_id: str, damaged: list[str]) -> list[_Known]:
+    """Each child from its rollout; what of it is damaged is left out and reported."""
+    known: list[_Known] = []
+    for summary in reversed(list_rollouts(home, parent=parent_id)):  # oldest first
         try:
             child_rollout = read_rollout(summary.path)
         except RolloutError:  # unreadable: it is listed as such by `rollouts list`
             damaged.append(f"child {summary.session_id} (unreadable)")
             continue
-        meta = child_rollout.meta
-        source = meta.get("source")
-        child = Session(
-            runtime, _config(child_rollout, None), parent=session,
-            profile=Profile(name=optional_text(meta.get("session_type")) or "custom"),
-            source=source if isinstance(source, (str, dict)) else "exec",
-            resumed=(child_rollout.session_id, child_rollout.path),
-        )
-        child.token_usage = _usage(child_rollout, damaged)
-        child.started_at = parse_stamp(meta.get("timestamp")) or child.started_at
+        usage = _usage(child_rollout, damaged)
+        started = parse_stamp(child_rollout.meta.get("timestamp"))
         ended = None
         if child_rollout.records:
             ended = parse_stamp(child_rollout.records[-1].get("timestamp"))
             if ended is None:
                 damaged.append(f"when {child_rollout.session_id} ended (no timestamp)")
-        session.subsessions.adopt_ended(child, _ending(child_rollout), ended)
+        origin = Origin(child_rollout.session_id, child_rollout.path, started_at=started,
+                        token_usage=usage)
+        known.append(_Known(child_rollout, origin, _ending(child_rollout), ended))
+    return known
+
+
+def _adopt_children(runtime: Runtime, session: Session, known: list[_Known]) -> None:
+    """Know each child that ended in an earlier run: it can be waited for."""
+    for child in known:
+        meta = child.rollout.meta
+        source = meta.get("source")
+        session.subsessions.adopt_ended(Session.resumed(
+            runtime, _config(child.rollout, None), child.origin,
+            source=source if isinstance(source, (str, dict)) else "exec", parent=session,
+            profile=Profile(name=optional_text(meta.get("session_type")) or "custom"),
+        ), child.ending, child.ended_at)
 
 
 def queued_spawns(rollout: Rollout) -> list[dict[str, Any]]:
@@ -185,30 +202,30 @@ def rebuild(
 ) -> Session:
     """The session of a rollout (not registered anywhere: the engine does that)."""
     config = _config(rollout, config)
-    if fork:
-        session = Session(runtime, config, source="exec")
-        session.forked_from = rollout.session_id
-        session.write_meta()
-    else:
-        source: Any = rollout.meta.get("source", "exec")
-        session = Session(runtime, config, source=source, resumed=(rollout.session_id, path))
-        if _ends_torn(path):
-            session.recorder.start_new_line()  # never glue a new line onto a torn one
     items = rollout.response_items()
-    session.history.extend(items)
     damaged: list[str] = []
-    session.token_usage = _usage(rollout, damaged)
-    if fork:
-        for item in items:
-            session.recorder.record("response_item", item)
-    if not fork:
-        _adopt_children(runtime, session, rollout.session_id, damaged)
+    usage = _usage(rollout, damaged)
+    known = [] if fork else _read_children(runtime.home, rollout.session_id, damaged)
     note = f"{'forked from' if fork else 'resumed'} {rollout.session_id} with {len(items)} items"
     if rollout.skipped:
         lines = ", ".join(f"{s.line} ({s.reason})" for s in rollout.skipped[:20])
         note += f"; skipped unreadable lines: {lines}"
     if damaged:
         note += f"; skipped what was damaged: {', '.join(damaged[:20])}"
+    if fork:
+        session = Session.new(runtime, config, origin=Origin(
+            history=tuple(items), token_usage=usage, forked_from=rollout.session_id,
+            resume_report=note))
+        session.write_meta()
+        for item in items:
+            session.recorder.record("response_item", item)
+    else:
+        source: Any = rollout.meta.get("source", "exec")
+        session = Session.resumed(runtime, config, Origin(
+            rollout.session_id, path, history=tuple(items), token_usage=usage,
+            resume_report=note), source=source)
+        if _ends_torn(path):
+            session.recorder.start_new_line()  # never glue a new line onto a torn one
+        _adopt_children(runtime, session, known)
     session.recorder.event({"type": "background_event", "message": note})
-    session.resume_report = note
     return session

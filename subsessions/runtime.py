@@ -63,10 +63,15 @@ class Runtime:
     unwritten: set[RolloutRecorder] = field(factory=set)
     _flusher: asyncio.Task[None] | None = field(default=None, init=False)
     _tasks: set[asyncio.Task[Any]] = field(factory=set, init=False)
+    # its tasks' done callback: one bound method for all (not one made for every task)
+    _discard: Callable[[asyncio.Task[Any]], None] = field(init=False)
     _top_tasks: dict[asyncio.Task[Any], str] = field(factory=dict, init=False)
     _phase: Phase = field(default=Phase.OPEN, init=False)
     # its name in the collector's ledger (not id(): an engine dropped unclosed may share one)
     _pace_token: int = field(factory=lambda: next(_pace_tokens), init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._discard = self._tasks.discard
 
     @property
     def closed(self) -> bool:
@@ -102,7 +107,7 @@ class Runtime:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         tasks = self._tasks
         tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        task.add_done_callback(self._discard)
         if not len(tasks) % collector.STEP:  # fewer tasks are seen by the flusher
             collector.pacer.follow(self._pace_token, len(tasks))
         return task

@@ -1,140 +1,68 @@
-"""A session: identity, history, a rollout, a phase; its tasks run in `task.py`.
-
-What it shares with the engine's other sessions comes from the `Runtime` it is given;
-what it shares with its tree from the `SessionTree`; its tools from its `ToolRouter`.
-"""
+"""Session: one conversation as hosts hold it: its named constructors, its tasks (run in
+`task.py`), its listeners and what applications ask of it; its state is `SessionState`'s."""
 
 from __future__ import annotations
 
-import asyncio
-import enum
 import logging
 import math
-import time
+import os
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
+
+from attrs import evolve
 
 from subsessions import task
 from subsessions.budget import Budget
-from subsessions.children import CANCEL, Stop
-from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
-from subsessions.errors import BudgetExhausted, InvalidArguments, SessionBusy, SubsessionError
-from subsessions.events import EventHandler, EventHub, EventStream
-from subsessions.figures import Figures
+from subsessions.config import SessionConfig
+from subsessions.errors import InvalidArguments, SessionBusy, SubsessionError
+from subsessions.events import EventHandler, EventStream
 from subsessions.handlers import parent_message
-from subsessions.ids import new_session_id
-from subsessions.items import Item
-from subsessions.kit import Kit
+from subsessions.kit import Kit, child_config
+from subsessions.ledger import TreeLedger
 from subsessions.manager import SubsessionManager
-from subsessions.meter import Meter
-from subsessions.models.base import NO_USAGE
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
-from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
 from subsessions.runtime import Runtime
-from subsessions.tools import ToolContext, builtin_tools
-from subsessions.tools.context import sandbox_policy
-from subsessions.tree import SessionTree
-from subsessions.usage import Usage
+from subsessions.session_state import NEW, Origin, Phase, SessionState
+from subsessions.tools import ToolContext
 
 log = logging.getLogger("subsessions")
 
 
-class Phase(enum.Enum):
-    NEW = "new"  # nothing written yet
-    OPEN = "open"  # session_meta written, no task run yet (or resumed)
-    RUNNING = "running"  # a task is running
-    IDLE = "idle"  # between tasks (top-level sessions)
-    ENDED = "ended"  # a child's one task has written its ending
-    RELEASED = "released"  # ended, its ending on disk; history and tools dropped
-
-
-class Session:
+class Session(SessionState):
     """One conversation. Create top-level ones with `Engine.create_session`."""
 
-    # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
-    __slots__ = (
-        "_child_context", "_notes", "_phase", "_subsessions", "_task", "answered_by",
-        "call_id", "cwd", "depth", "elsewhere", "events", "forked_from", "history", "inbox",
-        "instructions", "kit", "last_message", "mailbox", "max_turns", "meter", "model",
-        "parent", "recorder", "resume_report", "root", "runtime", "session_id", "source",
-        "started_at", "stop", "taking_messages", "token_usage", "tool_calls", "tree", "turns",
-    )
+    __slots__ = ()
 
-    def __init__(
-        self,
-        runtime: Runtime,
-        config: SessionConfig,
-        *,
-        parent: Session | None = None,
-        profile: Profile | None = None,
-        call_id: str | None = None,
-        source: str | dict[str, Any] = "exec",
-        resumed: tuple[str, str] | None = None,  # (id, rollout path) of a session on disk
-        tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
-        session_id: str | None = None,  # a host's own id for a new top-level session
-        budget: Budget | None = None,  # a child's, asked for at spawn (besides its config's)
-        kit: Kit | None = None,  # a child's, shared with its siblings (`child_kit`)
-    ) -> None:
-        self.session_id = resumed[0] if resumed else session_id or new_session_id()
-        self.runtime = runtime
-        if kit is not None:
-            config, profile = kit.config, kit.profile
-        self.parent = parent
-        self.root: Session = parent.root if parent is not None else self
-        self.tree: SessionTree = (
-            parent.tree if parent is not None else SessionTree(config, runtime.profiles)
-        )
-        self.depth: int = parent.depth + 1 if parent is not None else 0
-        self.call_id = call_id
-        self.source = source
-        self.model = config.model or runtime.model
-        self.instructions = config.instructions or ""
-        self.cwd = config.cwd or runtime.cwd
-        self.max_turns = profile.max_turns if profile is not None else config.max_turns
-        self.history: list[Item] = []
-        self.token_usage = NO_USAGE
-        self.meter: Meter = (
-            self.tree.root_meter(self.stop_for_budget) if parent is None else
-            self.tree.child_meter(parent.meter, budget.clamp(config.budget) if budget
-                                  else config.budget, self.stop_for_budget)
-        )
-        self.stop: Stop | None = None  # the first stop asked of its task (first wins)
-        self.last_message: str | None = None  # its last assistant message so far
-        self.inbox: list[str] = []  # messages sent while it runs, read before its next call
-        self.taking_messages = parent is not None  # a queued child reads its inbox first
-        self.mailbox: Callable[[str], Awaitable[bool]] | None = None  # a remote task's inbox
-        self._task: asyncio.Task[object] | None = None  # its task, from its first line
-        self.started_at = time.time()
-        self.recorder = RolloutRecorder(
-            runtime.writer,
-            resumed[1] if resumed else rollout_path(runtime.home, self.session_id,
-                                                    self.started_at),
-            runtime.unwritten,
-            self.depth,
-        )
-        self.events: EventHub = EventHub(
-            self.session_id, parent.events if parent else None, call_id
-        )
-        self._subsessions: SubsessionManager | None = None  # made when first asked for
-        self._child_context: ToolContext | None = None
-        self.kit = kit or self._own_kit(config, profile, tool_context)
-        self.tool_calls = 0  # function calls run
-        self.answered_by: str | None = None  # the model that answered last, if not `model`
-        self._phase = Phase.OPEN if resumed is not None else Phase.NEW  # keeps its first meta
-        self._notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
-        self.forked_from: str | None = None
-        self.resume_report: str | None = None  # what resuming or forking read and skipped
-        self.turns = 0
-        self.elsewhere: dict[str, Usage] = {}  # descendants run by another process, by id
+    # -- the named constructors ---------------------------------------------------------------
+    @classmethod
+    def new(cls, runtime: Runtime, config: SessionConfig, *, profile: Profile | None = None,
+            source: str | dict[str, Any] = "exec", session_id: str | None = None,
+            origin: Origin = NEW) -> Session:
+        """A new top-level session (`session_id`: a host's own id for it; a fork's `origin`
+        names what it starts from)."""
+        if session_id is not None:
+            origin = evolve(origin, session_id=session_id)
+        return cls(runtime, config, profile=profile, source=source, origin=origin)
 
-    def __repr__(self) -> str:
-        kind = f"child of {self.parent.session_id} depth={self.depth}" if self.parent else "top"
-        return f"<Session {self.session_id} {kind} model={self.model!r} {self._phase.value}>"
+    @classmethod
+    def resumed(cls, runtime: Runtime, config: SessionConfig, origin: Origin, *,
+                source: str | dict[str, Any] = "exec", parent: Session | None = None,
+                profile: Profile | None = None) -> Session:
+        """A session whose rollout exists (`origin.rollout_path`): a resumed top-level
+        session, or (with `parent`) a child of it that ended in an earlier run."""
+        return cls(runtime, config, parent=parent, profile=profile, source=source,
+                   origin=origin)
 
-    # -- identity and state, as hosts, the manager and the router read them ----------------
+    @classmethod
+    def stand_in(cls, runtime: Runtime, config: SessionConfig, session_id: str,
+                 ledger: TreeLedger) -> Session:
+        """A top-level session of another process, standing in for it where some of its
+        children run (a Ray shard): it writes nothing and never runs a task; its tree is
+        counted by that process through `ledger`."""
+        return cls(runtime, config, origin=Origin(session_id, os.devnull, ledger=ledger))
+
     @property
     def subsessions(self) -> SubsessionManager:
         """Its children. Made on first use: most children never have any."""
@@ -142,112 +70,6 @@ class Session:
         if manager is None:
             manager = self._subsessions = SubsessionManager(self)
         return manager
-
-    @property
-    def spawned(self) -> SubsessionManager | None:
-        """Its children's manager if it was ever asked for (readers make none)."""
-        return self._subsessions
-
-    @property
-    def agent_name(self) -> str | None:
-        """The profile a child runs (None for a top-level session)."""
-        return self.profile.name if self.profile is not None and self.parent else None
-
-    @property
-    def is_child(self) -> bool:
-        return self.parent is not None
-
-    @property
-    def phase(self) -> Phase:
-        return self._phase
-
-    @property
-    def started(self) -> bool:
-        """Its task has run its first line."""
-        return self._phase in (Phase.RUNNING, Phase.IDLE, Phase.ENDED, Phase.RELEASED)
-
-    @property
-    def budget(self) -> Budget | None:
-        """Its limits as clamped at spawn (a root's: its tree's); None when it has none."""
-        limits = self.meter.limits
-        return None if limits.unlimited else limits
-
-    @property
-    def ended(self) -> bool:
-        return self._phase in (Phase.ENDED, Phase.RELEASED)
-
-    @property
-    def released(self) -> bool:
-        """An ended child whose history and tools were dropped (its rollout has them)."""
-        return self._phase is Phase.RELEASED
-
-    @property
-    def wrote_meta(self) -> bool:
-        """Its rollout has its `session_meta` (the file can be read)."""
-        return self._phase is not Phase.NEW
-
-    @property
-    def rollout_path(self) -> str:
-        return self.recorder.path
-
-    @property
-    def config(self) -> SessionConfig:
-        return self.kit.config
-
-    @property
-    def profile(self) -> Profile | None:
-        return self.kit.profile
-
-    @property
-    def tool_context(self) -> ToolContext | None:
-        return self.kit.tool_context
-
-    @property
-    def answering_model(self) -> str:
-        """The model that answered last: `model`, or the fallback that stood in for it."""
-        return self.answered_by or self.model
-
-    def allows(self, tool_name: str) -> bool:
-        """Whether this session's profile allowlist admits a tool (no profile admits all)."""
-        return self.kit.allows(tool_name)
-
-    @property
-    def offers_subsession_tools(self) -> bool:
-        """Below the depth limit, and only those sub-session tools the allowlist admits."""
-        return self.depth < self.tree.max_depth
-
-    def tools(self) -> tuple[Tool, ...]:
-        """The tools this session's model may call besides the engine's own."""
-        return tuple(self.kit.tools.values())
-
-    def tool_specs(self) -> tuple[dict[str, Any], ...]:
-        """What the model is offered (fixed for the session's life)."""
-        return self.kit.specs()
-
-    def usage(self, include_children: bool = False) -> Usage:
-        """Tokens, tool calls and model turns of this session (and its whole tree)."""
-        own = Usage(
-            input_tokens=self.token_usage.input_tokens,
-            output_tokens=self.token_usage.output_tokens,
-            tool_calls=self.tool_calls,
-            turns=self.turns,
-            estimated=self.token_usage.estimated,
-        )
-        if not include_children:
-            return own
-        tree = self._subsessions.tree() if self._subsessions is not None else []
-        return Usage.total([own, *(s.usage() for s in tree), *self.elsewhere.values(),
-                            *(u for s in tree for u in s.elsewhere.values())])
-
-    def apply(self, figures: Figures) -> None:
-        """Its figures from the process its task runs in (a shard): usage, the answering
-        model, and what its meter has counted."""
-        self.token_usage = figures.token_usage
-        self.turns = figures.turns
-        self.tool_calls = figures.tool_calls
-        self.answered_by = figures.answered_by
-        if figures.spent is not None:
-            self.meter.turns, self.meter.tokens = figures.spent
 
     # -- listeners and host answers ---------------------------------------------------------
     def on(self, handler: EventHandler) -> Callable[[], None]:
@@ -272,116 +94,36 @@ class Session:
             self._child_context = self.tool_context.for_child()
         return self._child_context
 
-    def _own_kit(self, config: SessionConfig, profile: Profile | None,
-                 context: ToolContext | None) -> Kit:
-        """A session's own kit: a top-level session's built-in tools are bound to its own
-        workspace and permission handler; another's context comes made (a child's)."""
-        tools = config.tools
-        if context is None and config.builtin_tools and self.parent is None:
-            context = ToolContext(
-                cwd=self.cwd, sandbox=config.sandbox, network_access=config.network_access,
-                read_only_paths=(str(self.runtime.home),),
-                approval=config.approval, env_policy=config.env_policy,
-                max_processes=config.max_processes,
-                ask_permission=partial(self.runtime.dispatcher.request_permission, self),
-            )
-            tools += builtin_tools(context, _builtin_names(config))
-        return Kit(config, profile, {t.name: t for t in tools}, context, self.tree, self.depth)
-
     def child_config(self, profile: Profile) -> SessionConfig:
-        """A child's config (`derive_config`); built-in tools are made anew for the child,
-        bound to its non-interactive context."""
-        builtins: tuple[Tool, ...] = ()
-        context = self.child_tool_context()
-        if context is not None:
-            names = [t.name for t in self.tools() if t.name in BUILTIN_TOOL_NAMES]
-            builtins = builtin_tools(context, names)
-        return derive_config(self.config, profile, model=self.model, cwd=self.cwd,
-                             builtins=builtins)
+        """A child's config (`kit.child_config`)."""
+        return child_config(self.kit, profile, self.model, self.cwd, self.child_tool_context())
 
     def new_child(self, kit: Kit, call_id: str, budget: Budget | None = None,
                   session_id: str | None = None) -> Session:
         """What the manager asks for: a child session, not started (a requeued one keeps
         its id)."""
+        origin = NEW if session_id is None else Origin(session_id=session_id)
         return Session(self.runtime, kit.config, parent=self, kit=kit, call_id=call_id,
-                       source="subagent", budget=budget, session_id=session_id)
+                       source="subagent", budget=budget, origin=origin)
 
     def hand_over_head(self) -> None:
         """A spawned child's first lines to the writer, before its parent's line naming it."""
         self.write_meta()
         self.recorder.flush()
 
-    @property
-    def sandbox_policy(self) -> dict[str, Any]:
-        if self.tool_context is not None:
-            return self.tool_context.sandbox_policy()
-        return sandbox_policy(self.config.sandbox, self.config.network_access)
+    # -- what applications ask of it -------------------------------------------------------
+    def flush(self) -> None:
+        """Hand what it has recorded to the rollout writer (the periodic flush would, a
+        moment later): an application that reads the file next sees it."""
+        self.recorder.flush()
 
-    @property
-    def budget_stop(self) -> BudgetExhausted | None:
-        """The budget stop its task ends with, if its stop is one."""
-        stop = self.stop
-        return stop if isinstance(stop, BudgetExhausted) else None
+    async def flush_durable(self) -> None:
+        """Its recorded lines written to its rollout and synced (RolloutError if not)."""
+        await self.recorder.flush_durable()
 
-    def task_begins(self) -> None:
-        self._task = asyncio.current_task()
-        if self.parent is None:
-            self.tree.root_busy(True)
-        else:
-            self.meter.arm()
-
-    def task_ended(self) -> None:
-        self._task = None
-        if self.parent is not None:
-            self._phase = Phase.ENDED
-            self.meter.disarm()
-        else:
-            self.tree.root_busy(False)
-
-    def prepare_follow_up(self) -> None:
-        """Before a new task of an ended child (send_message): nothing of the last one's
-        ending carries over."""
-        self.stop = None
-        self.taking_messages = True
-
-    # -- stops: a cancel or a budget, the first one wins ---------------------------------
-    def request_stop(self, budget: BudgetExhausted | None = None, *,
-                     deliver: bool = True) -> bool:
-        """Stop its task (with `budget`: it ends `budget_limited`, else cancelled) unless a
-        stop came first; False then, or once a child has ended. Without `deliver` the task
-        is ending so by itself. A task that has not run its first line yet ends there, so
-        its own `finally` still writes its ending."""
-        if self.stop is not None or (self.parent is not None and self.ended):
-            return False
-        self.stop = CANCEL if budget is None else budget
-        running = self._task
-        if deliver and running is not None and running is not asyncio.current_task():
-            running.cancel()
-        return True
-
-    def claim_budget_stop(self, error: BudgetExhausted) -> None:
-        """Its task is ending by itself on a budget: a cancel that comes later is no other
-        ending (first wins)."""
-        self.request_stop(error, deliver=False)
-
-    def stop_for_budget(self, error: BudgetExhausted) -> None:
-        """A limit of its meter was reached elsewhere (a descendant's tokens, the clock):
-        its task is cancelled as `budget_limited`, and its descendants end the same way."""
-        running = self._task
-        if self.parent is not None:
-            self.request_stop(error)
-        elif running is None:  # an idle top-level session: its running children end
-            self.subsessions.stop_all_children(error)
-        elif not running.cancelling():  # a host's cancel came first
-            self.request_stop(error)
-
-    async def take_message(self, message: str) -> bool:
-        """A message for its running task, read before its next model call; False when the
-        task will not read it any more (a task running elsewhere says so)."""
-        if self.mailbox is not None:
-            return await self.mailbox(message)
-        self.inbox.append(message)
-        return True
+    def abort(self) -> bool:
+        """Cancel its running task (each aborts its own children first); whether one ran."""
+        return bool(self.runtime.cancel_top_tasks(self.session_id))
 
     # -- the task loop ----------------------------------------------------------------------
     async def send_and_wait(self, prompt: str, timeout: float | None = None) -> str | None:
@@ -453,8 +195,9 @@ class Session:
 
     async def tell_parent(self, message: str) -> str:
         """`send_parent_message` from this child: how its parent took it."""
-        assert self.parent is not None
-        return self.parent.hear(parent_message.heard(self.session_id, message))
+        parent = self.parent
+        assert isinstance(parent, Session)
+        return parent.hear(parent_message.heard(self.session_id, message))
 
     def hear(self, text: str) -> str:
         """A child's message: read before this session's next model call ("queued"), or,
@@ -508,8 +251,3 @@ class Session:
         for note in self._notes:
             self.recorder.event(note)
         self._notes = ()
-
-
-def _builtin_names(config: SessionConfig) -> tuple[str, ...] | None:
-    chosen = config.builtin_tools
-    return None if chosen is True else tuple(chosen or ())

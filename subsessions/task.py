@@ -1,6 +1,7 @@
 """The task loop: one task of a session, from the user's prompt to exactly one ending.
 
-Model turns, tool calls (through the session's router), notices of children that ended
+Model turns, tool calls (host tools, the engine's own tools and the profile allowlist
+meet in `call_tool`), notices of children that ended
 unseen, token counts, the hosts' hooks around the task; and the one terminal record on
 every path. The session keeps identity and state; this module is what a task does to it.
 """
@@ -9,36 +10,52 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
 from subsessions.children import Stop
+from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBSESSION_TOOL_NAMES
 from subsessions.errors import (
     BudgetExhausted,
     MaxTurnsExceeded,
     ModelError,
-    SubsessionError,
+    ToolNotSupported,
     error_text,
 )
 from subsessions.events import emit, listening
+from subsessions.handlers import ask_user, parent_message
+from subsessions.handlers import subsessions as subsession_tools
 from subsessions.ids import new_session_id
 from subsessions.items import (
     Item,
     developer_message,
+    function_call_output,
     is_assistant_message,
     message_text,
     output_problem,
     user_message,
 )
+from subsessions.kit import Kit
 from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.rollouts import records
-from subsessions.router import RouterHost, call_tool
+from subsessions.spawning import Member
+from subsessions.task_hooks import announce_end, budget_limited, prompt_hooks
+from subsessions.tools.schema import check_arguments, parse_arguments
 
 
-class TaskHost(RouterHost, Protocol):
+class TaskHost(Member, Protocol):
     """What a task needs of its session (and may change: history, counters)."""
+
+    kit: Kit
+    tool_calls: int  # function calls run (the session's usage)
+
+    @property
+    def subsessions(self) -> SubsessionManager: ...  # the sub-session tools act on it
+
+    async def tell_parent(self, message: str) -> str: ...  # send_parent_message
 
     history: list[Item]
     turns: int
@@ -111,7 +128,7 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
         if host.meter.active and not (first and host.is_child):  # (clamped at spawn)
             _check(host, host.meter.spent())
         if host.tree.config.hooks is not None:
-            prompt = await _prompt_hooks(host, prompt, first)
+            prompt = await prompt_hooks(host, prompt, first)
         while not host.is_child and host.inbox:  # its children's, sent while it was idle
             _tell(host, host.inbox.pop(0))
         _tell(host, prompt)
@@ -140,9 +157,9 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
         try:
             family = host.spawned
             if family is not None and family.has_children and (
-                    cancelled or host.is_child or _budget_limited(ending[-1])):
+                    cancelled or host.is_child or budget_limited(ending[-1])):
                 await family.abort_all_children(
-                    host.budget_stop if _budget_limited(ending[-1]) else None)
+                    host.budget_stop if budget_limited(ending[-1]) else None)
         except asyncio.CancelledError:
             cancelled = True
             raise
@@ -152,7 +169,7 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
             for event in ending:
                 record.event(event)
             host.task_ended()
-            _announce_end(host, ending[-1])
+            announce_end(host, ending[-1])
     return answer
 
 
@@ -171,10 +188,6 @@ def _fresh(stop: BudgetExhausted) -> BudgetExhausted:
 
 def _budget_ending(turn_id: str, started: float, stop: BudgetExhausted) -> list[dict[str, Any]]:
     return records.budget_limited(turn_id, started, stop.kind, stop.limit, str(stop))
-
-
-def _budget_limited(terminal: dict[str, Any]) -> bool:
-    return terminal.get("reason") == "budget_limited"
 
 
 def _budget_cancelled() -> bool:
@@ -208,45 +221,6 @@ def _last_answer(host: TaskHost, since: int) -> str | None:
         if is_assistant_message(item):
             return message_text(item)
     return None
-
-
-async def _prompt_hooks(host: TaskHost, prompt: str, first: bool) -> str:
-    dispatcher = host.runtime.dispatcher
-    if host.is_child and first:
-        await dispatcher.invoke_hook(host, "on_session_start", {"source": "subsession"})
-    changed = await dispatcher.invoke_hook(host, "on_user_prompt_submitted", {"prompt": prompt})
-    if isinstance(changed, dict) and isinstance(changed.get("modifiedPrompt"), str):
-        return str(changed["modifiedPrompt"])
-    return prompt
-
-
-def _announce_end(host: TaskHost, terminal: dict[str, Any]) -> None:
-    failure: str | None = (terminal.get("error") or {}).get("message")
-    if _budget_limited(terminal):
-        failure = terminal["message"]
-    kind = "error" if failure is not None else terminal["type"]
-    if failure is not None:
-        emit(host.events, "session.error", {"message": failure})
-    else:
-        emit(host.events, "session.idle", {"aborted": kind == "turn_aborted"})
-    hooks = host.tree.config.hooks
-    if hooks is None:
-        return
-    dispatcher = host.runtime.dispatcher
-    if failure is not None and hooks.on_error_occurred is not None:
-        _hook_later(host, dispatcher.invoke_hook(host, "on_error_occurred", {"error": failure}))
-    if host.is_child and hooks.on_session_end is not None:
-        _hook_later(host, dispatcher.invoke_hook(host, "on_session_end", {
-            "reason": {"task_complete": "complete", "error": "error"}.get(kind, "abort"),
-        }))
-
-
-def _hook_later(host: TaskHost, hook: Any) -> None:
-    """End-of-task hooks run beside the ending, never delaying or blocking it."""
-    try:
-        host.runtime.spawn_task(hook, "subsessions-hook", while_closing=True)
-    except SubsessionError:  # the engine is closed: the hook cannot run any more
-        hook.close()
 
 
 async def _turns(host: TaskHost) -> str | None:
@@ -348,3 +322,48 @@ def _count(host: TaskHost, usage: TokenUsage) -> None:
             "agent_name": host.agent_name, "last": usage.as_dict(),
             **host.usage().as_dict(),
         })
+
+
+# -- function calls: host tools, the engine's own tools and the allowlist meet here ------
+async def call_tool(host: TaskHost, call: Item) -> Item:
+    """Run one function call; every failure becomes a failed output, never an exception."""
+    call_id = str(call.get("call_id", ""))
+    name = str(call.get("name", ""))
+    events = host.events
+    host.tool_calls += 1
+    emit(events, "tool.execution_start", {"tool_call_id": call_id, "tool_name": name,
+                                          "arguments": call.get("arguments")})
+    try:
+        output = await _dispatch(host, name, str(call.get("arguments", "")), call_id)
+        success = True
+    except Exception as exc:
+        output, success = error_text(exc), False
+    emit(events, "tool.execution_complete", {"tool_call_id": call_id, "tool_name": name,
+                                             "success": success, "result": output})
+    return function_call_output(call_id, output, success)
+
+
+async def _dispatch(host: TaskHost, name: str, arguments: str, call_id: str) -> str:
+    kit = host.kit
+    tool = kit.tools.get(name)
+    builtin: Callable[[dict[str, Any]], Awaitable[str]] | None = None
+    if tool is None:
+        if name in SUBSESSION_TOOL_NAMES and kit.allows(name):
+            builtin = partial(subsession_tools.call_parsed, host.subsessions, name,
+                              call_id=call_id)
+        elif name == ASK_USER:  # the root's handler decides, whatever the allowlist
+            builtin = partial(_ask_user, host)
+        elif name == PARENT_MESSAGE and host.depth >= 1 and kit.allows(name):
+            builtin = partial(parent_message.call, host)
+        else:  # denied by the allowlist, or never offered: no handler runs
+            raise ToolNotSupported(name)
+    return await host.runtime.dispatcher.call_tool(
+        host, tool, name, parse_arguments(name, arguments), call_id, builtin
+    )
+
+
+async def _ask_user(host: TaskHost, arguments: dict[str, Any]) -> str:
+    check_arguments(ASK_USER, ask_user.SPEC["parameters"], arguments)
+    return await host.runtime.dispatcher.ask_user(
+        host, arguments["question"], arguments.get("choices")
+    )

@@ -115,9 +115,10 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "tools.patch_commit",
         "tools.sandbox", "tools.seccomp", "tools.shell"),
     3: ("dispatch", "runtime"),
-    4: ("batch.runner", "batch.planning", "composition", "loop", "manager", "member"),
-    5: ("handlers.subsessions", "router", "task"),
-    6: ("resume", "session"),
+    4: ("batch.runner", "batch.planning", "composition", "loop", "manager", "spawning",
+        "task_hooks"),
+    5: ("handlers.subsessions", "task"),
+    6: ("resume", "session", "session_state"),
     7: ("engine", "ray", "ray.backend", "ray.channel", "ray.host", "ray.ledger", "ray.placement",
         "ray.shard", "ray.wire"),
     8: ("", "__main__", "_exports", "access", "batch.command", "batch.progress", "cli", "demo",
@@ -169,6 +170,30 @@ def test_the_package_has_no_import_cycle() -> None:
     assert cycles(imports()) == []
 
 
+def longest_chain(graph: dict[str, set[str]], start: str, goal: str | None = None) -> list[str]:
+    """The longest import chain from `start` (to `goal`, or to any module): its floors."""
+    memo: dict[str, list[str]] = {}
+
+    def down(name: str) -> list[str]:
+        if name not in memo:
+            memo[name] = []  # the graph has no cycle (tested above): this is never read
+            best: list[str] = [] if goal is not None and name != goal else [name]
+            for target in sorted(graph[name]):
+                below = down(target)
+                if below and len(below) + 1 > len(best):
+                    best = [name, *below]
+            memo[name] = best
+        return memo[name]
+
+    return down(start)
+
+
+def test_the_engine_core_is_at_most_six_floors() -> None:
+    """The tower from a session down to the runtime (ARCHITECTURE.md: at most four once
+    the compact child lands; six today)."""
+    assert len(longest_chain(imports(), "subsessions.session", "subsessions.runtime")) <= 6
+
+
 if __name__ == "__main__":
     graph = imports(Path(sys.argv[1]) if len(sys.argv) > 1 else PACKAGE)
     found = cycles(graph)
@@ -176,6 +201,11 @@ if __name__ == "__main__":
     print(f"{len(graph)} modules; largest strongly connected component: {max(sizes, default=1)}")
     for component in found:
         print(f"cycle of {len(component)}: {' '.join(component)}")
+    if not found and "subsessions.session" in graph:
+        tower = longest_chain(graph, "subsessions.session", "subsessions.runtime")
+        print(f"floors from session to runtime: {len(tower)} ({' -> '.join(tower)})")
+        whole = max((longest_chain(graph, name) for name in sorted(graph)), key=len)
+        print(f"longest import chain: {len(whole)} modules ({' -> '.join(whole)})")
     if "-v" in sys.argv:
         for name in sorted(graph):
             print(f"{name} -> {' '.join(sorted(graph[name]))}")

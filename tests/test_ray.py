@@ -626,14 +626,12 @@ async def test_a_spawn_failing_on_a_shard_gives_back_what_the_driver_admitted(
     against the driver's real admission (`Answerer`), joined by their real channel in this
     process: a spawn that fails once the driver counted it gives its place back, so spawns
     up to the limit still start."""
-    import os
     from types import SimpleNamespace
 
     from subsessions import ChildLimitReached
     from subsessions.ray.channel import Channel
     from subsessions.ray.host import Answerer
     from subsessions.ray.ledger import DriverLedger
-    from subsessions.tree import SessionTree
 
     async with Engine(home, model_client=script.model) as engine:
         config = SessionConfig(custom_agents=(WORKER,), max_children=2)
@@ -647,9 +645,8 @@ async def test_a_spawn_failing_on_a_shard_gives_back_what_the_driver_admitted(
             while True:
                 answerer.receive(shard, await channel.outbox.get())
 
-        stand_in = Session(engine.runtime, config, resumed=(root.session_id, os.devnull))
-        stand_in.tree = SessionTree(config, engine.runtime.profiles,
-                                    ledger=DriverLedger(channel, root.session_id))
+        stand_in = Session.stand_in(engine.runtime, config, root.session_id,
+                                    DriverLedger(channel, root.session_id))
         pumping = asyncio.get_running_loop().create_task(pump())
         real = Session.new_child
 

@@ -7,11 +7,14 @@ children (`wake_on_child_end` or `wake_on_message`) starts a turn on it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
+
+import orjson
 
 from subsessions.config import PARENT_MESSAGE as NAME
+from subsessions.tools.schema import check_arguments
 
-__all__ = ["NAME", "SPEC", "heard"]
+__all__ = ["NAME", "SPEC", "call", "heard"]
 
 SPEC: dict[str, Any] = {
     "type": "function",
@@ -31,3 +34,12 @@ SPEC: dict[str, Any] = {
 def heard(child_id: str, message: str) -> str:
     """The line the parent's model reads."""
     return f"[message from child session {child_id}] {message}"
+
+
+class Child(Protocol):
+    async def tell_parent(self, message: str) -> str: ...  # "queued" or "started"
+
+
+async def call(child: Child, arguments: dict[str, Any]) -> str:
+    check_arguments(NAME, SPEC["parameters"], arguments)
+    return orjson.dumps({"delivered": await child.tell_parent(arguments["message"])}).decode()

@@ -281,7 +281,7 @@ class SubsessionsMcp:
                 else:
                     text = await work
             finally:
-                session.recorder.flush()  # the parent's background events reach the file
+                session.flush()  # the parent's background events reach the file
         except SubsessionError as exc:
             return _text_result(str(exc), error=True)
         except Exception as exc:  # a bug, not the caller's fault: still one clear result
@@ -355,8 +355,8 @@ class SubsessionsMcp:
             session = own_session(self.client_for(ctx), uri[len(SCHEME):].rstrip("/"))
             if session.wrote_meta:  # what it has recorded reaches the disk first
                 with contextlib.suppress(RuntimeError):  # the writer is closed already
-                    await session.recorder.flush_durable()
-            rollout = read_rollout(session.recorder.path)
+                    await session.flush_durable()
+            rollout = read_rollout(session.rollout_path)
         except SubsessionError as exc:
             raise MCPError(code=RESOURCE_NOT_FOUND, message=str(exc), data={"uri": uri}) from None
         return types.ReadResourceResult(contents=[types.TextResourceContents(

@@ -17,9 +17,9 @@ from subsessions.engine import Engine
 from subsessions.errors import EngineClosed, UnknownSession
 from subsessions.instructions import with_base_instructions
 from subsessions.mcp.task_store import TaskRegistry
-from subsessions.member import Member
 from subsessions.session import Session
 from subsessions.settings import Settings
+from subsessions.spawning import Member
 
 log = logging.getLogger("subsessions.mcp")
 

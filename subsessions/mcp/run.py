@@ -51,7 +51,7 @@ async def outcome(session: Session, child_id: str) -> tuple[Outcome, types.CallT
     except SubsessionError as exc:  # failed (or the engine closed under it)
         return "completed", text_result(str(exc), error=True)
     finally:
-        session.recorder.flush()  # the parent's background events reach the file
+        session.flush()  # the parent's background events reach the file
     return "completed", text_result(message or "", structured={
         "session_id": child_id, "result": message})
 

@@ -58,7 +58,7 @@ async def outcome(
     except SubsessionError as exc:  # e.g. the engine closed under it
         return "completed", run.text_result(str(exc), error=True)
     finally:
-        session.recorder.flush()  # the parent's background events reach the file
+        session.flush()  # the parent's background events reach the file
     return "completed", run.text_result(text, structured=orjson.loads(text))
 
 

@@ -133,9 +133,9 @@ class Answerer:
             child.apply(Figures(child.token_usage, max(child.turns, turns),
                                 max(child.tool_calls, calls), child.answered_by))
         else:
-            known = child.elsewhere.get(session_id, Usage())
-            child.elsewhere[session_id] = evolve(known, turns=max(known.turns, turns),
-                                                 tool_calls=max(known.tool_calls, calls))
+            known = child.remote_usage(session_id)
+            child.count_remote(session_id, evolve(known, turns=max(known.turns, turns),
+                                                  tool_calls=max(known.tool_calls, calls)))
 
     def _room(self, index: int, root_id: str, delta: int) -> None:
         key = (index, root_id)
@@ -179,9 +179,10 @@ class Answerer:
             return await self.runtime.model_client.respond(args[0])
         if kind == "parent":  # send_parent_message from a remote child
             child = self.hosts.get(request.child_id)
-            if child is None or child.parent is None:
+            parent = None if child is None else child.parent
+            if not isinstance(parent, Session):
                 raise UnknownSession(request.child_id)
-            return child.parent.hear(args[0])
+            return parent.hear(args[0])
         dispatcher = self.runtime.dispatcher
         root, _ = dispatcher.resolve_session(request.root_id)
         config = root.config
@@ -232,9 +233,9 @@ def _spent(child: Session, event: Event) -> None:
                                        estimated=data.get("estimated", False)),
                             data["turns"], data["tool_calls"], child.answered_by))
     else:  # one of its own children (or theirs): its parent's roll-up counts it
-        child.elsewhere[event.session_id] = Usage(data["input_tokens"], data["output_tokens"],
-                                                  data["tool_calls"], data["turns"],
-                                                  data.get("estimated", False))
+        child.count_remote(event.session_id, Usage(data["input_tokens"], data["output_tokens"],
+                                                   data["tool_calls"], data["turns"],
+                                                   data.get("estimated", False)))
     meter = child.root.meter
     # Whether it wanted more is the shard's to judge: its share of the tree stops the tree.
     # With a turn limit, the turn was counted when the shard was granted it.

@@ -18,7 +18,7 @@ from subsessions.errors import BudgetExhausted
 from subsessions.models.base import ModelRequest
 from subsessions.ray.channel import Channel
 from subsessions.ray.wire import Call, Room
-from subsessions.session import Session
+from subsessions.session_state import SessionState
 
 
 @define(eq=False)
@@ -52,7 +52,7 @@ class DriverLedger:
     def respond(self, host: Any, client: Any, request: Any) -> Awaitable[Any]:
         return self._respond(host, client, request)
 
-    async def _respond(self, host: Session, client: Any, request: ModelRequest) -> Any:
+    async def _respond(self, host: SessionState, client: Any, request: ModelRequest) -> Any:
         """The driver hears of each model call as it begins (the child's live usage). With
         a turn limit the tree's turn is granted there first; none left: the tree is spent,
         this session stops here."""

@@ -35,9 +35,9 @@ from subsessions.ray.wire import ChildSpec, Event, Outcome, RootSpec, Spent, Too
 from subsessions.rollouts.reader import read_rollout
 from subsessions.runtime import Runtime
 from subsessions.session import Session
+from subsessions.session_state import Origin
 from subsessions.settings import Settings
 from subsessions.tools import builtin_tools
-from subsessions.tree import SessionTree
 
 LIFECYCLE = ("subagent.started", "subagent.completed", "subagent.failed")  # the driver's own
 STATE_WORDS = {Done: "done", Failed: "failed", Cancelled: "cancelled"}  # Outcome.state
@@ -81,25 +81,44 @@ class ShardChild(Session):
     it; its own `stop` keeps the first stop (a cancel, a budget's from the driver, its own
     budget's), as in process."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.follow_up = False  # its task is a later one: no session start, as in process
-        # its parent is the driver's session: send_parent_message asks there
-        self.to_parent: Callable[[str], Awaitable[str]] | None = None
+    __slots__ = ("follow_up", "to_parent")
+
+    def __init__(self, runtime: Runtime, config: SessionConfig, *, parent: Session,
+                 spec: ChildSpec, share: Meter | None,
+                 to_parent: Callable[[str], Awaitable[str]]) -> None:
+        super().__init__(
+            runtime, config, parent=parent, profile=spec.profile, call_id=spec.call_id,
+            source=spec.source, tool_context=spec.tool_context, budget=spec.budget,
+            origin=Origin(spec.session_id, spec.rollout_path, started_at=spec.started_at,
+                          history=tuple(read_rollout(spec.rollout_path).response_items()
+                                        if spec.follow_up else ()),
+                          inbox=tuple(spec.inbox)))
+        self.follow_up = spec.follow_up  # a later task: no session start, as in process
+        self.to_parent = to_parent  # its parent is the driver's session: messages go there
+        if share is not None:  # counted against its tree's limits too (`remote`)
+            self.meter = Meter(self.meter.limits, share, self.stop_for_budget, self.tree.alarms)
+        self.meter.started -= spec.elapsed  # its clock counts from its spawn in the driver
+
+    @classmethod
+    def remote(cls, runtime: Runtime, spec: ChildSpec, parent: Session, tools: tuple[Tool, ...],
+               spent: Stop, to_parent: Callable[[str], Awaitable[str]]) -> ShardChild:
+        """The child a driver sent (`spec`), with what its earlier tasks ran up. Under a tree
+        budget it counts what it spends against the tree's limits too, from what the tree had
+        spent at its spawn: a limit reached is named as in process (the highest) and `spent`
+        tells the driver, which ends the whole tree."""
+        share = None
+        if spec.tree_budget is not None:
+            share = Meter(spec.tree_budget, None, spent, alarms=parent.tree.alarms)
+            share.turns, share.tokens = spec.tree_spent
+        child = cls(runtime, evolve(spec.config, tools=tools), parent=parent, spec=spec,
+                    share=share, to_parent=to_parent)
+        child.apply(Figures(spec.token_usage, *spec.counts, None, spec.spent))
+        return child
 
     def _claim(self) -> bool:
         return super()._claim() and not self.follow_up
 
-    def count_in_tree(self, limits: Budget, turns: int, tokens: int, spent: Stop) -> None:
-        """Count what it spends against its tree's limits too, from what the tree had spent
-        at its spawn (its turns as the driver grants them): a limit reached is named as in
-        process (the highest) and `spent` tells the driver, which ends the whole tree."""
-        share = Meter(limits, None, spent, alarms=self.tree.alarms)
-        share.turns, share.tokens = turns, tokens
-        self.meter = Meter(self.meter.limits, share, self.stop_for_budget, self.tree.alarms)
-
     async def tell_parent(self, message: str) -> str:
-        assert self.to_parent is not None
         return await self.to_parent(parent_message.heard(self.session_id, message))
 
     def take(self, message: str) -> bool:
@@ -234,8 +253,7 @@ class Shard:
             notify_on_child_end=root.notify_on_child_end,
         )
         # It writes nothing (the driver's session has the rollout): it never runs a task.
-        stand_in = Session(self._runtime, config, resumed=(root.session_id, os.devnull))
-        stand_in.tree = SessionTree(config, self._runtime.profiles, ledger=DriverLedger(
+        stand_in = Session.stand_in(self._runtime, config, root.session_id, DriverLedger(
             self._channel, root.session_id, None if budget is None else budget.max_turns))
         if relay:
             stand_in.on(partial(self._relay_own, root.session_id))
@@ -254,23 +272,10 @@ class Shard:
 
     def _child(self, spec: ChildSpec, stand_in: Session) -> ShardChild:
         tools = tuple(self._tool(spec, t) for t in spec.tools)
-        child = ShardChild(self._runtime, evolve(spec.config, tools=tools), parent=stand_in,
-                           profile=spec.profile, call_id=spec.call_id, source=spec.source,
-                           resumed=(spec.session_id, spec.rollout_path),
-                           tool_context=spec.tool_context, budget=spec.budget)
-        child.started_at = spec.started_at
-        child.to_parent = partial(self._channel.ask, spec.root.session_id, "parent", "",
-                                  child_id=spec.session_id)
-        if spec.follow_up:  # the same history, usage and meter its last task ended with
-            child.follow_up = True
-            child.history.extend(read_rollout(spec.rollout_path).response_items())
-        if spec.tree_budget is not None:
-            child.count_in_tree(spec.tree_budget, *spec.tree_spent, partial(
-                self._spent, spec.root.session_id))
-        child.meter.started -= spec.elapsed  # its clock counts from its spawn in the driver
-        # what its earlier tasks ran up (nothing for a first task), and its meter
-        child.apply(Figures(spec.token_usage, *spec.counts, None, spec.spent))
-        child.inbox.extend(spec.inbox)
+        child = ShardChild.remote(
+            self._runtime, spec, stand_in, tools, partial(self._spent, spec.root.session_id),
+            partial(self._channel.ask, spec.root.session_id, "parent", "",
+                    child_id=spec.session_id))
         # Usage always goes to the driver (its listing, its tree's budget); the rest only
         # when someone listens there.
         relay = partial(self._relay, spec.root.session_id, spec.session_id)

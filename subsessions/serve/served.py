@@ -157,8 +157,7 @@ class ServedSession:
         """Cancel the running message (and its tree) and drop the queued ones."""
         for turn in self._queued:
             turn.aborted = True
-        running = self.session.runtime.cancel_top_tasks(self.session_id)
-        return bool(running) or bool(self._queued)
+        return self.session.abort() or bool(self._queued)
 
     def _on_engine_event(self, event: SessionEvent) -> None:
         kind = event.type

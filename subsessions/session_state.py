@@ -1,0 +1,351 @@
+"""SessionState: a session's identity and state, as the manager, the task loop, the
+dispatcher and the hosts read and change it; `Session` (session.py) adds running its tasks,
+its named constructors and what applications call.
+
+What it shares with the engine's other sessions comes from the `Runtime` it is given;
+what it shares with its tree from the `SessionTree`; its tools from its `Kit`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
+from typing import Any
+
+from attrs import frozen
+
+from subsessions.budget import Budget
+from subsessions.children import CANCEL, Stop
+from subsessions.config import SessionConfig, Tool
+from subsessions.errors import BudgetExhausted
+from subsessions.events import EventHub
+from subsessions.figures import Figures
+from subsessions.ids import new_session_id
+from subsessions.items import Item
+from subsessions.kit import Kit, own_kit
+from subsessions.ledger import LOCAL, TreeLedger
+from subsessions.manager import SubsessionManager
+from subsessions.meter import Meter
+from subsessions.models.base import NO_USAGE, TokenUsage
+from subsessions.profiles import Profile
+from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
+from subsessions.runtime import Runtime
+from subsessions.tools import ToolContext
+from subsessions.tools.context import sandbox_policy
+from subsessions.tree import SessionTree
+from subsessions.usage import Usage
+
+
+class Phase(enum.Enum):
+    NEW = "new"  # nothing written yet
+    OPEN = "open"  # session_meta written, no task run yet (or resumed)
+    RUNNING = "running"  # a task is running
+    IDLE = "idle"  # between tasks (top-level sessions)
+    ENDED = "ended"  # a child's one task has written its ending
+    RELEASED = "released"  # ended, its ending on disk; history and tools dropped
+
+
+@frozen
+class Origin:
+    """Where a session starts from. The named constructors (`new`, `resumed`, `stand_in`,
+    and the shard's) build one and `__init__` takes it whole: nothing is assigned after."""
+
+    session_id: str | None = None  # None: a new id
+    rollout_path: str | None = None  # a rollout it appends to (resumed); None: a new file
+    started_at: float | None = None  # None: now
+    history: tuple[Item, ...] = ()
+    token_usage: TokenUsage = NO_USAGE
+    forked_from: str | None = None
+    resume_report: str | None = None  # what resuming or forking read and skipped
+    ledger: TreeLedger = LOCAL  # a top-level session's tree is counted elsewhere too
+    inbox: tuple[str, ...] = ()  # messages it reads before its next model call
+
+
+NEW = Origin()
+
+
+class SessionState:
+    """One conversation's state (a top-level session or a child): see `Session`."""
+
+    # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
+    __slots__ = (
+        "_child_context", "_elsewhere", "_notes", "_phase", "_subsessions", "_task",
+        "answered_by", "call_id", "cwd", "depth", "events", "forked_from", "history", "inbox",
+        "instructions", "kit", "last_message", "mailbox", "max_turns", "meter", "model",
+        "parent", "recorder", "resume_report", "root", "runtime", "session_id", "source",
+        "started_at", "stop", "taking_messages", "token_usage", "tool_calls", "tree", "turns",
+    )
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        config: SessionConfig,
+        *,
+        parent: SessionState | None = None,
+        profile: Profile | None = None,
+        call_id: str | None = None,
+        source: str | dict[str, Any] = "exec",
+        origin: Origin = NEW,
+        tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
+        budget: Budget | None = None,  # a child's, asked for at spawn (besides its config's)
+        kit: Kit | None = None,  # a child's, shared with its siblings (`child_kit`)
+    ) -> None:
+        self.session_id = origin.session_id or new_session_id()
+        self.runtime = runtime
+        if kit is not None:
+            config, profile = kit.config, kit.profile
+        self.parent = parent
+        self.root: SessionState = parent.root if parent is not None else self
+        self.tree: SessionTree = (
+            parent.tree if parent is not None
+            else SessionTree(config, runtime.profiles, ledger=origin.ledger)
+        )
+        self.depth: int = parent.depth + 1 if parent is not None else 0
+        self.call_id = call_id
+        self.source = source
+        self.model = config.model or runtime.model
+        self.instructions = config.instructions or ""
+        self.cwd = config.cwd or runtime.cwd
+        self.max_turns = profile.max_turns if profile is not None else config.max_turns
+        self.history: list[Item] = list(origin.history)
+        self.token_usage = origin.token_usage
+        self.meter: Meter = (
+            self.tree.root_meter(self.stop_for_budget) if parent is None else
+            self.tree.child_meter(parent.meter, budget.clamp(config.budget) if budget
+                                  else config.budget, self.stop_for_budget)
+        )
+        self.stop: Stop | None = None  # the first stop asked of its task (first wins)
+        self.last_message: str | None = None  # its last assistant message so far
+        self.inbox: list[str] = list(origin.inbox)  # sent while it runs, read before its next call
+        self.taking_messages = parent is not None  # a queued child reads its inbox first
+        self.mailbox: Callable[[str], Awaitable[bool]] | None = None  # a remote task's inbox
+        self._task: asyncio.Task[object] | None = None  # its task, from its first line
+        self.started_at = origin.started_at or time.time()
+        self.recorder = RolloutRecorder(
+            runtime.writer,
+            origin.rollout_path or rollout_path(runtime.home, self.session_id, self.started_at),
+            runtime.unwritten,
+            self.depth,
+        )
+        self.events: EventHub = EventHub(
+            self.session_id, parent.events if parent else None, call_id
+        )
+        self._subsessions: SubsessionManager | None = None  # made when first asked for
+        self._child_context: ToolContext | None = None
+        if kit is None and parent is None and tool_context is None:
+            kit = own_kit(config, profile, self.tree, self.cwd, runtime.home,
+                          partial(runtime.dispatcher.request_permission, self))
+        self.kit = kit or Kit(config, profile, {t.name: t for t in config.tools}, tool_context,
+                              self.tree, self.depth)
+        self.tool_calls = 0  # function calls run
+        self.answered_by: str | None = None  # the model that answered last, if not `model`
+        # a resumed session keeps its first meta
+        self._phase = Phase.OPEN if origin.rollout_path is not None else Phase.NEW
+        self._notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
+        self.forked_from = origin.forked_from
+        self.resume_report = origin.resume_report
+        self.turns = 0
+        # usage of descendants run by another process (Ray), by id: made when one reports
+        self._elsewhere: dict[str, Usage] | None = None
+
+    def __repr__(self) -> str:
+        kind = f"child of {self.parent.session_id} depth={self.depth}" if self.parent else "top"
+        return f"<Session {self.session_id} {kind} model={self.model!r} {self._phase.value}>"
+
+    # -- identity and state, as hosts, the manager and the task loop read them -------------
+    @property
+    def spawned(self) -> SubsessionManager | None:
+        """Its children's manager if it was ever asked for (readers make none)."""
+        return self._subsessions
+
+    @property
+    def agent_name(self) -> str | None:
+        """The profile a child runs (None for a top-level session)."""
+        return self.profile.name if self.profile is not None and self.parent else None
+
+    @property
+    def is_child(self) -> bool:
+        return self.parent is not None
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def started(self) -> bool:
+        """Its task has run its first line."""
+        return self._phase in (Phase.RUNNING, Phase.IDLE, Phase.ENDED, Phase.RELEASED)
+
+    @property
+    def budget(self) -> Budget | None:
+        """Its limits as clamped at spawn (a root's: its tree's); None when it has none."""
+        limits = self.meter.limits
+        return None if limits.unlimited else limits
+
+    @property
+    def ended(self) -> bool:
+        return self._phase in (Phase.ENDED, Phase.RELEASED)
+
+    @property
+    def released(self) -> bool:
+        """An ended child whose history and tools were dropped (its rollout has them)."""
+        return self._phase is Phase.RELEASED
+
+    @property
+    def wrote_meta(self) -> bool:
+        """Its rollout has its `session_meta` (the file can be read)."""
+        return self._phase is not Phase.NEW
+
+    @property
+    def rollout_path(self) -> str:
+        return self.recorder.path
+
+    @property
+    def config(self) -> SessionConfig:
+        return self.kit.config
+
+    @property
+    def profile(self) -> Profile | None:
+        return self.kit.profile
+
+    @property
+    def tool_context(self) -> ToolContext | None:
+        return self.kit.tool_context
+
+    @property
+    def answering_model(self) -> str:
+        """The model that answered last: `model`, or the fallback that stood in for it."""
+        return self.answered_by or self.model
+
+    def allows(self, tool_name: str) -> bool:
+        """Whether this session's profile allowlist admits a tool (no profile admits all)."""
+        return self.kit.allows(tool_name)
+
+    @property
+    def offers_subsession_tools(self) -> bool:
+        """Below the depth limit, and only those sub-session tools the allowlist admits."""
+        return self.depth < self.tree.max_depth
+
+    def tools(self) -> tuple[Tool, ...]:
+        """The tools this session's model may call besides the engine's own."""
+        return tuple(self.kit.tools.values())
+
+    def tool_specs(self) -> tuple[dict[str, Any], ...]:
+        """What the model is offered (fixed for the session's life)."""
+        return self.kit.specs()
+
+    def usage(self, include_children: bool = False) -> Usage:
+        """Tokens, tool calls and model turns of this session (and its whole tree)."""
+        own = Usage(
+            input_tokens=self.token_usage.input_tokens,
+            output_tokens=self.token_usage.output_tokens,
+            tool_calls=self.tool_calls,
+            turns=self.turns,
+            estimated=self.token_usage.estimated,
+        )
+        if not include_children:
+            return own
+        tree = self._subsessions.tree() if self._subsessions is not None else []
+        return Usage.total([own, *(s.usage() for s in tree), *self.remote_usages(),
+                            *(u for s in tree for u in s.remote_usages())])
+
+    def remote_usages(self) -> Iterable[Usage]:
+        """What its descendants run by another process (Ray) reported, one per session."""
+        return () if self._elsewhere is None else self._elsewhere.values()
+
+    def remote_usage(self, session_id: str) -> Usage:
+        """What a descendant run by another process reported so far (nothing: zeros)."""
+        known = None if self._elsewhere is None else self._elsewhere.get(session_id)
+        return known or Usage()
+
+    def count_remote(self, session_id: str, usage: Usage) -> None:
+        """A descendant run by another process reports its usage (it replaces the last)."""
+        if self._elsewhere is None:
+            self._elsewhere = {}
+        self._elsewhere[session_id] = usage
+
+    def apply(self, figures: Figures) -> None:
+        """Its figures from the process its task runs in (a shard): usage, the answering
+        model, and what its meter has counted."""
+        self.token_usage = figures.token_usage
+        self.turns = figures.turns
+        self.tool_calls = figures.tool_calls
+        self.answered_by = figures.answered_by
+        if figures.spent is not None:
+            self.meter.turns, self.meter.tokens = figures.spent
+
+    @property
+    def sandbox_policy(self) -> dict[str, Any]:
+        if self.tool_context is not None:
+            return self.tool_context.sandbox_policy()
+        return sandbox_policy(self.config.sandbox, self.config.network_access)
+
+    @property
+    def budget_stop(self) -> BudgetExhausted | None:
+        """The budget stop its task ends with, if its stop is one."""
+        stop = self.stop
+        return stop if isinstance(stop, BudgetExhausted) else None
+
+    def task_begins(self) -> None:
+        self._task = asyncio.current_task()
+        if self.parent is None:
+            self.tree.root_busy(True)
+        else:
+            self.meter.arm()
+
+    def task_ended(self) -> None:
+        self._task = None
+        if self.parent is not None:
+            self._phase = Phase.ENDED
+            self.meter.disarm()
+        else:
+            self.tree.root_busy(False)
+
+    def prepare_follow_up(self) -> None:
+        """Before a new task of an ended child (send_message): nothing of the last one's
+        ending carries over."""
+        self.stop = None
+        self.taking_messages = True
+
+    # -- stops: a cancel or a budget, the first one wins ---------------------------------
+    def request_stop(self, budget: BudgetExhausted | None = None, *,
+                     deliver: bool = True) -> bool:
+        """Stop its task (with `budget`: it ends `budget_limited`, else cancelled) unless a
+        stop came first; False then, or once a child has ended. Without `deliver` the task
+        is ending so by itself. A task that has not run its first line yet ends there, so
+        its own `finally` still writes its ending."""
+        if self.stop is not None or (self.parent is not None and self.ended):
+            return False
+        self.stop = CANCEL if budget is None else budget
+        running = self._task
+        if deliver and running is not None and running is not asyncio.current_task():
+            running.cancel()
+        return True
+
+    def claim_budget_stop(self, error: BudgetExhausted) -> None:
+        """Its task is ending by itself on a budget: a cancel that comes later is no other
+        ending (first wins)."""
+        self.request_stop(error, deliver=False)
+
+    def stop_for_budget(self, error: BudgetExhausted) -> None:
+        """A limit of its meter was reached elsewhere (a descendant's tokens, the clock):
+        its task is cancelled as `budget_limited`, and its descendants end the same way."""
+        running = self._task
+        if self.parent is not None:
+            self.request_stop(error)
+        elif running is None:  # an idle top-level session: its running children end
+            if self._subsessions is not None:
+                self._subsessions.stop_all_children(error)
+        elif not running.cancelling():  # a host's cancel came first
+            self.request_stop(error)
+
+    async def take_message(self, message: str) -> bool:
+        """A message for its running task, read before its next model call; False when the
+        task will not read it any more (a task running elsewhere says so)."""
+        if self.mailbox is not None:
+            return await self.mailbox(message)
+        self.inbox.append(message)
+        return True
