@@ -87,8 +87,9 @@ def bind(home: Path) -> tuple[socket.socket, Path]:
 
 
 def unlink(path: Path) -> None:
-    """Remove a socket file (ours, or a stale one); gone already is fine."""
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError), \
+    """Remove a socket file (ours, or a stale one); gone already, or not ours to remove
+    (a link for a folder, another user's file), is left as it is."""
+    with contextlib.suppress(OSError), \
             _folder(path.parent, create=False) as fd:
         info = os.stat(path.name, dir_fd=fd, follow_symlinks=False)
         if stat.S_ISSOCK(info.st_mode):
