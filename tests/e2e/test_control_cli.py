@@ -14,19 +14,11 @@ from pathlib import Path
 
 from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, fake_openai, text
 from openai_support import TIMEOUT, Held, run, start, tool_outputs
+from test_run_cli import WORKER_INSTRUCTIONS, make_home
 
 from subsessions.control import client, paths
 
 __all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
-
-WORKER = 'name = "worker"\ndescription = "does one job"\ndeveloper_instructions = "You work."\n'
-
-
-def make_home(tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    (home / "profiles").mkdir(parents=True)
-    (home / "profiles" / "worker.toml").write_text(WORKER, encoding="utf-8")
-    return home
 
 
 def run_args(fake: FakeOpenAI, home: Path, prompt: str) -> list[str]:
@@ -74,7 +66,7 @@ async def test_a_running_child_of_a_live_run_is_cancelled_through_its_socket(
     never = asyncio.Event()
 
     async def script(request: Recorded) -> Reply:
-        if "You work." in json.dumps(request.body):
+        if WORKER_INSTRUCTIONS in json.dumps(request.body):
             child_called.set()
             await never.wait()  # until the cancel aborts the call
         done = tool_outputs(request)
