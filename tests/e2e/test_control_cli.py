@@ -59,29 +59,37 @@ async def test_a_sigkilled_runs_socket_is_cleared_by_watch_and_by_the_next_engin
     assert os.listdir(home / "control") == []
 
 
-async def test_a_running_child_of_a_live_run_is_cancelled_through_its_socket(
-    fake_openai: FakeOpenAI, tmp_path: Path
-) -> None:
-    child_called = asyncio.Event()
-    never = asyncio.Event()
+class OneStuckChild:
+    """A fake-server script: the parent spawns one worker ("job A") and waits for it; the
+    worker's model call never ends (until a cancel aborts it); the parent then answers
+    `the job ended: {the wait's output}`. `called` is set by the worker's call."""
 
-    async def script(request: Recorded) -> Reply:
-        if WORKER_INSTRUCTIONS in json.dumps(request.body):
-            child_called.set()
-            await never.wait()  # until the cancel aborts the call
+    def __init__(self, worker_marker: str = WORKER_INSTRUCTIONS) -> None:
+        self.marker = worker_marker
+        self.called, self._never = asyncio.Event(), asyncio.Event()
+
+    async def __call__(self, request: Recorded) -> Reply:
+        if self.marker in json.dumps(request.body):
+            self.called.set()
+            await self._never.wait()
         done = tool_outputs(request)
         if not done:
-            return calls(call("create_session", {"session_type": "worker", "prompt": "job"}))
+            return calls(call("create_session", {"session_type": "worker", "prompt": "job A"}))
         if len(done) == 1:
             child = json.loads(done[0])["session_id"]
             return calls(call("wait_session", {"session_id": child, "timeout_ms": 60_000}))
         return text(f"the job ended: {done[-1]}")
 
+
+async def test_a_running_child_of_a_live_run_is_cancelled_through_its_socket(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    script = OneStuckChild()
     fake_openai.script = script
     home = make_home(tmp_path)
     proc = await start(*run_args(fake_openai, home, "do a job"), cwd=tmp_path)
     try:
-        await asyncio.wait_for(child_called.wait(), TIMEOUT)
+        await asyncio.wait_for(script.called.wait(), TIMEOUT)
         [path] = client.engines(home)
         listing = await client.request(path, "sessions.list")
         parent, child = listing["sessions"]
