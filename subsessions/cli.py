@@ -120,6 +120,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     resume.add_argument("id")
     resume.add_argument("prompt")
+    resume.add_argument("--control", action="store_true", help=CONTROL_HELP)
 
     _add_mcp_command(commands, common, model_options)
     from subsessions.batch.command import add_batch_command
@@ -250,7 +251,7 @@ def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
         env_policy=settings.env_policy,
         cwd=os.getcwd(), sandbox=args.sandbox, approval=args.approval,
         network_access=args.network, permission_handler=_ask_on_terminal,
-        instructions=args.instructions, control=getattr(args, "control", False),
+        instructions=args.instructions, control=args.control,
     )
     if resume is None:  # a resumed session keeps the instructions it was started with
         config = with_base_instructions(config)
