@@ -36,9 +36,9 @@ class ControlServer:
 
     path: Path
     _host: Host
-    _server: asyncio.AbstractServer | None = None
-    _connections: set[asyncio.Task[None]] = field(factory=set)
-    _closed: bool = False
+    _server: asyncio.AbstractServer | None = field(default=None, init=False)
+    _connections: set[asyncio.Task[None]] = field(factory=set, init=False)  # owned, drained
+    _closed: bool = field(default=False, init=False)
 
     @classmethod
     async def open(cls, home: Path, host: Host) -> ControlServer:
@@ -61,10 +61,6 @@ class ControlServer:
             self._connection(reader, writer), name="subsessions-control-connection")
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
-
-    @property
-    def connections(self) -> int:
-        return len(self._connections)
 
     async def aclose(self) -> None:
         """Stop listening, end every connection (waiting for their tasks), remove the

@@ -120,7 +120,8 @@ class WatchApp(App[None]):
         key = self.query_one(SessionTable).selected
         stats = self.follower.sessions.get(key) if key is not None else None
         if stats is None or stats.session_id is None:
-            self._tell("select a session first")
+            self._tell("select a session first" if stats is None else
+                       "the selected row has no session id (not a rollout)")
             return None
         return stats.session_id, self._shorts.get(stats.key, stats.key)
 
