@@ -109,9 +109,9 @@ async def test_sessions_list_is_the_engines_live_tree_with_status_and_usage(
 
 
 async def test_cancel_through_the_socket_cancels_a_child_and_its_children_first(
-    home: Path, script: Script
+    home: Path, script: Script, backend: Any
 ) -> None:
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         root = await engine.create_session(CONFIG)
         manager = root.subsessions
         lead, grand = await lead_with_grandchild(script, root)
@@ -121,9 +121,13 @@ async def test_cancel_through_the_socket_cancels_a_child_and_its_children_first(
         assert manager.status(lead) is ChildStatus.CANCELLED
         assert script.cancelled == ["grand"]
         found = by_id(await line.result("sessions.list"))
-        assert (found[lead]["status"], found[grand]["status"]) == ("cancelled", "cancelled")
+        assert found[lead]["status"] == "cancelled"
+        if backend is None:  # on Ray the grandchild's parent (and its tree) is a shard's
+            assert found[grand]["status"] == "cancelled"
+        else:
+            assert grand not in found
         # an ended session: nothing to cancel, and said so
-        assert await line.result("sessions.cancel", {"sessionId": grand}) == {
+        assert await line.result("sessions.cancel", {"sessionId": lead}) == {
             "cancelled": False}
         with pytest.raises(ChildCancelled):
             await manager.wait_child(lead)
@@ -153,11 +157,11 @@ async def test_cancel_of_a_top_level_session_cancels_its_running_task(
 
 
 async def test_send_steers_a_running_child_and_follows_up_an_ended_one(
-    home: Path, script: Script
+    home: Path, script: Script, backend: Any
 ) -> None:
     script.handlers["also check the tests"] = lambda r: ["checked the tests too"]
     script.handlers["now the docs"] = lambda r: ["docs written"]
-    async with Engine(home, model_client=script.model) as engine:
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
         root = await engine.create_session(CONFIG)
         manager = root.subsessions
         cid = await spawn_held(root, script, "work")
