@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from control_support import Line, error_code
 from scripting import (
@@ -28,7 +29,7 @@ from scripting import script as script  # the fixture
 
 from subsessions import ChildCancelled, ChildStatus, Engine, SessionConfig
 from subsessions.control import client, paths
-from subsessions.control.rpc import UNKNOWN_SESSION
+from subsessions.control.rpc import MAX_LINE, UNKNOWN_SESSION
 from subsessions.events import SessionEvent
 
 CONFIG = SessionConfig(custom_agents=(WORKER,), control=True)
@@ -233,3 +234,24 @@ async def test_each_engine_answers_for_its_own_sessions_only(home: Path, script:
         assert await client.owner(home, "0" * 36) is None
         await line.close()
         await theirs.subsessions.cancel_child(cid)
+
+
+async def test_a_listing_longer_than_a_request_line_reaches_the_client_whole(
+    home: Path, script: Script
+) -> None:
+    """The answer to `sessions.list` on a wide tree is one line of megabytes: the engine
+    writes it, and `client.owner` (what `watch` asks) reads it."""
+    n = 2_500
+    for i in range(n):
+        script.handlers[f"item {i}"] = lambda r: ["x" * 300]
+    config = SessionConfig(custom_agents=(WORKER,), control=True, max_children=n)
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(config)
+        manager = root.subsessions
+        ids = [await manager.spawn_child("worker", f"item {i}") for i in range(n)]
+        await manager.wait_all(ids)
+        assert engine.control_path is not None
+        listing = await client.request(engine.control_path, "sessions.list")
+        assert len(orjson.dumps(listing)) > MAX_LINE
+        assert [s["sessionId"] for s in listing["sessions"]] == [root.session_id, *ids]
+        assert await client.owner(home, ids[-1]) == engine.control_path

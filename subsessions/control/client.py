@@ -16,6 +16,7 @@ from subsessions.control import paths, rpc
 from subsessions.control.paths import ControlUnavailable
 
 TIMEOUT = 10.0  # seconds one request may take (a cancel waits for the child's ending)
+MAX_ANSWER = 256 * 1024 * 1024  # one answer line (a listing of 100,000 sessions is ~30 MB)
 _ids = itertools.count(1)
 
 
@@ -31,7 +32,7 @@ async def request(path: Path, method: str, params: dict[str, Any] | None = None,
     writer: asyncio.StreamWriter | None = None
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=rpc.MAX_LINE)
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_ANSWER)
             writer.write(rpc.request(method, params or {}, request_id))
             await writer.drain()
             line = await reader.readline()

@@ -49,6 +49,13 @@ class Place:
     parent_id: str | None
     depth: int
 
+    @property
+    def session_id(self) -> str:
+        if self.info is not None:
+            return self.info.session_id
+        assert self.session is not None
+        return self.session.session_id
+
 
 def places(host: Host) -> Iterator[Place]:
     """Every session of the engine, parents before their children."""
@@ -72,9 +79,7 @@ def _children(manager: SubsessionManager, parent_id: str, depth: int,
 
 def find(host: Host, session_id: str) -> Place:
     for place in places(host):
-        found = place.session.session_id if place.session is not None else \
-            place.info.session_id if place.info is not None else None
-        if found == session_id:
+        if place.session_id == session_id:
             return place
     raise RpcError(UNKNOWN_SESSION, f"unknown session: {echo(session_id)} (not a session "
                    "of this engine)", {"sessionId": session_id})
@@ -86,15 +91,14 @@ def entry(place: Place, now: float) -> dict[str, Any]:
         shown = place.info.listing(now)
         status, kind, model = shown["status"], shown["session_type"], place.info.model
         usage, seconds, last = shown["usage"], shown["seconds"], place.info.last_message
-        session_id = place.info.session_id
     else:
         assert place.session is not None
         top = place.session
-        session_id, model, last = top.session_id, top.model, top.last_message
+        model, last = top.model, top.last_message
         status = "running" if top.phase is Phase.RUNNING else "idle"
         kind = top.agent_name or (top.source if isinstance(top.source, str) else "exec")
         usage, seconds = top.usage().as_dict(), round(max(0.0, now - top.started_at), 3)
-    return {"sessionId": session_id, "parentId": place.parent_id, "depth": place.depth,
+    return {"sessionId": place.session_id, "parentId": place.parent_id, "depth": place.depth,
             "sessionType": kind, "model": model, "status": status, "usage": usage,
             "seconds": seconds, "lastMessage": None if last is None else last[:_LAST]}
 
