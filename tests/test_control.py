@@ -27,7 +27,7 @@ from scripting import (
 )
 from scripting import script as script  # the fixture
 
-from subsessions import ChildCancelled, ChildStatus, Engine, SessionConfig
+from subsessions import ChildCancelled, ChildStatus, Engine, Hooks, SessionConfig
 from subsessions.control import client, paths
 from subsessions.control.rpc import MAX_LINE, UNKNOWN_SESSION
 from subsessions.events import SessionEvent
@@ -255,3 +255,44 @@ async def test_a_listing_longer_than_a_request_line_reaches_the_client_whole(
         assert len(orjson.dumps(listing)) > MAX_LINE
         assert [s["sessionId"] for s in listing["sessions"]] == [root.session_id, *ids]
         assert await client.owner(home, ids[-1]) == engine.control_path
+
+
+async def test_a_message_for_a_top_level_task_past_reading_them_starts_the_next_task(
+    home: Path, script: Script
+) -> None:
+    """A message that arrives while the session is claimed but its task reads no more
+    messages (here: held in a prompt hook, before it starts reading) is not lost: it
+    becomes the next task, once that one has ended."""
+    in_hook, release = asyncio.Event(), asyncio.Event()
+    endings: list[str] = []
+    two = asyncio.Event()
+
+    async def hook(data: dict[str, Any]) -> None:
+        if data["prompt"] == "A":
+            in_hook.set()
+            await release.wait()
+
+    def on_event(event: SessionEvent) -> None:
+        if event.type == "session.idle":
+            endings.append(event.session_id)
+            if len(endings) == 2:
+                two.set()
+
+    config = SessionConfig(control=True, hooks=Hooks(on_user_prompt_submitted=hook))
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(config)
+        root.on(on_event)
+        assert engine.control_path is not None
+        line = await Line.open(engine.control_path)
+        for text in ("A", "B"):
+            sent = await line.result("sessions.send", {"sessionId": root.session_id,
+                                                       "message": text})
+            assert sent == {"delivered": "started"}
+            await asyncio.wait_for(in_hook.wait(), 10)
+        release.set()
+        await asyncio.wait_for(two.wait(), 10)
+        assert root.last_message == "answer to B"
+        [request] = script.seen["B"]
+        assert [i["content"][0]["text"] for i in request.items if i.get("role") == "user"] == [
+            "A", "B"]
+        await line.close()

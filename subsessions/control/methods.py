@@ -21,7 +21,8 @@ from attrs import frozen
 
 from subsessions.children import ChildInfo
 from subsessions.control.rpc import INVALID_PARAMS, SESSION_ERROR, UNKNOWN_SESSION, RpcError
-from subsessions.errors import SubsessionError, UnknownSession, echo
+from subsessions.errors import SessionBusy, SubsessionError, UnknownSession, echo
+from subsessions.events import SessionEvent
 from subsessions.manager import SubsessionManager
 from subsessions.runtime import Runtime
 from subsessions.session import Phase, Session
@@ -29,6 +30,8 @@ from subsessions.session import Phase, Session
 log = logging.getLogger("subsessions.control")
 MAX_MESSAGE = 256 * 1024  # characters of one sent message
 _LAST = 200  # characters of a last message in a listing
+_TRIES = 100  # a follow-up waits for this many other tasks of its session at most
+_ENDINGS = ("session.idle", "session.error")  # every task announces its ending with one
 
 
 class Host(Protocol):
@@ -137,20 +140,44 @@ async def sessions_send(host: Host, params: dict[str, Any]) -> dict[str, Any]:
         return {"delivered": await place.manager.send_message(session_id, message)}
     assert place.session is not None
     top = place.session
-    if top.phase is Phase.RUNNING and await top.take_message(message):
-        return {"delivered": "queued"}  # read before its next model call
+    if top.taking_messages and await top.take_message(message):
+        return {"delivered": "queued"}  # its task reads it before its next model call
     host.runtime.spawn_task(_follow_up(top, message), f"subsessions-control-{session_id}")
     return {"delivered": "started"}
 
 
 async def _follow_up(session: Session, message: str) -> None:
-    """A top-level session's next task, started from the socket; its ending is in its
-    rollout and events, as any task's."""
+    """A top-level session's next task, started from the socket once the task it runs (one
+    past reading messages, writing its ending) has ended; its ending is in its rollout and
+    events, as any task's."""
+    for _ in range(_TRIES):
+        try:
+            await session.send_and_wait(message)
+            return
+        except SessionBusy:
+            await _task_ended(session)
+        except SubsessionError as exc:
+            log.info("a task sent through the control socket to %s failed: %s",
+                     session.session_id, exc)
+            return
+    log.warning("a message for %s found it busy %d times: dropped", session.session_id, _TRIES)
+
+
+async def _task_ended(session: Session) -> None:
+    """Until the session's running task has announced its ending (its phase changes in
+    the same step, before this wakes)."""
+    ended = asyncio.Event()
+
+    def on_event(event: SessionEvent) -> None:
+        if event.session_id == session.session_id and event.type in _ENDINGS:
+            ended.set()
+
+    off = session.on(on_event)
     try:
-        await session.send_and_wait(message)
-    except SubsessionError as exc:
-        log.info("a task sent through the control socket to %s failed: %s",
-                 session.session_id, exc)
+        if session.phase is Phase.RUNNING:
+            await ended.wait()
+    finally:
+        off()
 
 
 METHODS: dict[str, Callable[[Host, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
