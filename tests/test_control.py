@@ -296,3 +296,16 @@ async def test_a_message_for_a_top_level_task_past_reading_them_starts_the_next_
         assert [i["content"][0]["text"] for i in request.items if i.get("role") == "user"] == [
             "A", "B"]
         await line.close()
+
+
+async def test_a_home_deeper_than_a_socket_address_allows_still_works(
+    tmp_path: Path, script: Script
+) -> None:
+    home = tmp_path / ("deep" * 30) / "home"  # its socket's path is past 108 bytes
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(CONFIG)
+        assert engine.control_path is not None and len(str(engine.control_path)) > 108
+        assert client.engines(home) == [engine.control_path]
+        listing = await client.request(engine.control_path, "sessions.list")
+        assert [s["sessionId"] for s in listing["sessions"]] == [root.session_id]
+    assert paths.sockets(home) == []
