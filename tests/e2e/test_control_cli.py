@@ -59,6 +59,31 @@ async def test_a_sigkilled_runs_socket_is_cleared_by_watch_and_by_the_next_engin
     assert os.listdir(home / "control") == []
 
 
+async def test_cancelling_a_runs_own_session_through_its_socket_ends_the_run_in_one_line(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    held = Held(text("never sent"))
+    fake_openai.script = held
+    home = make_home(tmp_path)
+    proc = await start(*run_args(fake_openai, home, "hold on"), cwd=tmp_path)
+    try:
+        await asyncio.wait_for(held.arrived.wait(), TIMEOUT)
+        [path] = client.engines(home)
+        [root] = (await client.request(path, "sessions.list"))["sessions"]
+        cancelled = await client.request(path, "sessions.cancel",
+                                         {"sessionId": root["sessionId"]})
+        assert cancelled == {"cancelled": True}
+        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert (proc.returncode, out) == (1, b"")
+    assert err.decode() == ("subsessions: the session was cancelled (through the control "
+                            "socket)\n")
+    assert paths.sockets(home) == []
+
+
 class OneStuckChild:
     """A fake-server script: the parent spawns one worker ("job A") and waits for it; the
     worker's model call never ends (until a cancel aborts it); the parent then answers
