@@ -6,10 +6,12 @@ next engine."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, fake_openai, text
@@ -19,6 +21,17 @@ from test_run_cli import WORKER_INSTRUCTIONS, make_home
 from subsessions.control import client, paths
 
 __all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
+
+
+@contextlib.asynccontextmanager
+async def killed_at_exit(proc: asyncio.subprocess.Process) -> AsyncIterator[None]:
+    """Whatever the test asserts, the process does not outlive it."""
+    try:
+        yield
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 def run_args(fake: FakeOpenAI, home: Path, prompt: str) -> list[str]:
@@ -66,7 +79,7 @@ async def test_cancelling_a_runs_own_session_through_its_socket_ends_the_run_in_
     fake_openai.script = held
     home = make_home(tmp_path)
     proc = await start(*run_args(fake_openai, home, "hold on"), cwd=tmp_path)
-    try:
+    async with killed_at_exit(proc):
         await asyncio.wait_for(held.arrived.wait(), TIMEOUT)
         [path] = client.engines(home)
         [root] = (await client.request(path, "sessions.list"))["sessions"]
@@ -74,10 +87,6 @@ async def test_cancelling_a_runs_own_session_through_its_socket_ends_the_run_in_
                                          {"sessionId": root["sessionId"]})
         assert cancelled == {"cancelled": True}
         out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     assert (proc.returncode, out) == (1, b"")
     assert err.decode() == ("subsessions: the session was cancelled (through the control "
                             "socket)\n")
@@ -113,7 +122,7 @@ async def test_a_running_child_of_a_live_run_is_cancelled_through_its_socket(
     fake_openai.script = script
     home = make_home(tmp_path)
     proc = await start(*run_args(fake_openai, home, "do a job"), cwd=tmp_path)
-    try:
+    async with killed_at_exit(proc):
         await asyncio.wait_for(script.called.wait(), TIMEOUT)
         [path] = client.engines(home)
         listing = await client.request(path, "sessions.list")
@@ -125,10 +134,6 @@ async def test_a_running_child_of_a_live_run_is_cancelled_through_its_socket(
                                          {"sessionId": child["sessionId"]})
         assert cancelled == {"cancelled": True}
         out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     assert proc.returncode == 0, err.decode()
     assert out.decode().startswith("the job ended: ")
     assert "cancelled" in out.decode()
@@ -154,7 +159,7 @@ async def test_a_batch_with_control_lists_its_items_and_cancels_one(
         "--prompt", "Describe {town}", "--out", "out.jsonl", "--control", "--home", str(home),
         "--base-url", fake_openai.base_url, "--model", "m", "--wire-api", "responses",
         cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
+    async with killed_at_exit(proc):
         await asyncio.wait_for(both.wait(), TIMEOUT)
         [path] = client.engines(home)
         parent, *items = (await client.request(path, "sessions.list"))["sessions"]
@@ -165,10 +170,6 @@ async def test_a_batch_with_control_lists_its_items_and_cancels_one(
         assert cancelled == {"cancelled": True}
         release.set()
         out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     assert proc.returncode == 1, err.decode()  # not every item completed
     assert ": 1/2 completed, 0 failed, 1 cancelled;" in out.decode()
     assert paths.sockets(home) == []
