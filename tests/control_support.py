@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from subsessions import Engine
 from subsessions.control import paths
 
 BOUND = 10.0  # seconds any one answer may take
@@ -25,6 +26,12 @@ class Line:
         reader, writer = await asyncio.open_unix_connection(sock=paths.connect(path),
                                                             limit=4 * 1024 * 1024)
         return cls(reader, writer)
+
+    @classmethod
+    async def of(cls, engine: Engine) -> Line:
+        """A connection to the engine's control socket (it must have opened one)."""
+        assert engine.control_path is not None, "no session asked for control=True"
+        return await cls.open(engine.control_path)
 
     async def send(self, data: bytes) -> None:
         self.writer.write(data)

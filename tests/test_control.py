@@ -85,8 +85,7 @@ async def test_sessions_list_is_the_engines_live_tree_with_status_and_usage(
         quick = await manager.spawn_child("worker", "quick")
         await manager.wait_child(quick)
         lead, grand = await lead_with_grandchild(script, root)
-        assert engine.control_path is not None
-        line = await Line.open(engine.control_path)
+        line = await Line.of(engine)
         listing = await line.result("sessions.list")
         assert listing["pid"] == os.getpid()
         found = by_id(listing)
@@ -116,8 +115,7 @@ async def test_cancel_through_the_socket_cancels_a_child_and_its_children_first(
         root = await engine.create_session(CONFIG)
         manager = root.subsessions
         lead, grand = await lead_with_grandchild(script, root)
-        assert engine.control_path is not None
-        line = await Line.open(engine.control_path)
+        line = await Line.of(engine)
         assert await line.result("sessions.cancel", {"sessionId": lead}) == {"cancelled": True}
         assert manager.status(lead) is ChildStatus.CANCELLED
         assert script.cancelled == ["grand"]
@@ -143,8 +141,7 @@ async def test_cancel_of_a_top_level_session_cancels_its_running_task(
         root = await engine.create_session(CONFIG)
         task = asyncio.create_task(root.send_and_wait(PARENT_PROMPT))
         await script.started(PARENT_PROMPT)
-        assert engine.control_path is not None
-        line = await Line.open(engine.control_path)
+        line = await Line.of(engine)
         assert by_id(await line.result("sessions.list"))[root.session_id]["status"] == "running"
         answer = await line.result("sessions.cancel", {"sessionId": root.session_id})
         assert answer == {"cancelled": True}
@@ -166,8 +163,7 @@ async def test_send_steers_a_running_child_and_follows_up_an_ended_one(
         root = await engine.create_session(CONFIG)
         manager = root.subsessions
         cid = await spawn_held(root, script, "work")
-        assert engine.control_path is not None
-        line = await Line.open(engine.control_path)
+        line = await Line.of(engine)
         sent = await line.result("sessions.send", {"sessionId": cid,
                                                    "message": "also check the tests"})
         assert sent == {"delivered": "queued"}
@@ -194,8 +190,7 @@ async def test_send_to_a_top_level_session_queues_or_starts_its_next_task(
     async with Engine(home, model_client=script.model) as engine:
         root = await engine.create_session(CONFIG)
         root.on(on_event)
-        assert engine.control_path is not None
-        line = await Line.open(engine.control_path)
+        line = await Line.of(engine)
         params = {"sessionId": root.session_id, "message": "first"}
         assert await line.result("sessions.send", params) == {"delivered": "started"}
         await script.started("first")
@@ -282,8 +277,7 @@ async def test_a_message_for_a_top_level_task_past_reading_them_starts_the_next_
     async with Engine(home, model_client=script.model) as engine:
         root = await engine.create_session(config)
         root.on(on_event)
-        assert engine.control_path is not None
-        line = await Line.open(engine.control_path)
+        line = await Line.of(engine)
         for text in ("A", "B"):
             sent = await line.result("sessions.send", {"sessionId": root.session_id,
                                                        "message": text})

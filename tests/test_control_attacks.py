@@ -95,8 +95,7 @@ async def test_each_hostile_line_gets_its_error_and_the_connection_and_engine_go
     async with Engine(home, model_client=script.model) as engine:
         root = await engine.create_session(CONFIG)
         cid = await spawn_held(root, script, "busy")
-        assert engine.control_path is not None
-        line = await Line.open(engine.control_path)
+        line = await Line.of(engine)
         for what, data, code, answered_id in HOSTILE:
             await line.send(data)
             answer = await line.answer()
@@ -119,8 +118,7 @@ async def test_a_line_past_the_limit_is_refused_and_skipped_unread(
 ) -> None:
     async with Engine(home, model_client=script.model) as engine:
         await engine.create_session(CONFIG)
-        assert engine.control_path is not None
-        line = await Line.open(engine.control_path)
+        line = await Line.of(engine)
         writing = asyncio.create_task(line.send(b"[" * (3 * MAX_LINE) + b"\n"))
         answer = await line.answer()
         assert error_code(answer) == INVALID_REQUEST
