@@ -323,13 +323,13 @@ class Engine:
         await asyncio.shield(self._closing)
 
     async def _shut_down(self) -> None:
-        if self._control is not None:  # nobody reaches the engine from outside any more
-            await self._control.aclose()
         sessions = list(self._sessions.values())
         self._runtime.cancel_top_tasks()  # a top-level task aborts its own children first
         await asyncio.gather(
             *(s.subsessions.abort_all_children() for s in sessions), return_exceptions=True
         )
+        if self._control is not None:  # its requests in flight are answered, then it goes
+            await self._control.aclose()
         await self._end_hooks(sessions)
         await self._runtime.drain()
         try:

@@ -27,7 +27,7 @@ from scripting import (
 )
 from scripting import script as script  # the fixture
 
-from subsessions import ChildCancelled, ChildStatus, Engine, Hooks, SessionConfig
+from subsessions import ChildCancelled, ChildStatus, Engine, EngineClosed, Hooks, SessionConfig
 from subsessions.control import client, paths
 from subsessions.control.rpc import MAX_LINE, UNKNOWN_SESSION
 from subsessions.events import SessionEvent
@@ -303,3 +303,32 @@ async def test_a_home_deeper_than_a_socket_address_allows_still_works(
         listing = await client.request(engine.control_path, "sessions.list")
         assert [s["sessionId"] for s in listing["sessions"]] == [root.session_id]
     assert paths.sockets(home) == []
+
+
+async def test_a_request_in_flight_when_the_engine_closes_is_answered_first(
+    home: Path, script: Script
+) -> None:
+    closing: list[asyncio.Task[None]] = []
+    script.hold(PARENT_PROMPT)
+    engine = Engine(home, model_client=script.model)
+    try:
+        root = await engine.create_session(CONFIG)
+
+        def on_event(event: SessionEvent) -> None:  # its task ended: close at once
+            if event.type == "session.idle" and not closing:
+                closing.append(asyncio.create_task(engine.close()))
+
+        root.on(on_event)
+        task = asyncio.create_task(root.send_and_wait(PARENT_PROMPT))
+        await script.started(PARENT_PROMPT)
+        line = await Line.of(engine)
+        answer = await line.result("sessions.cancel", {"sessionId": root.session_id})
+        assert answer == {"cancelled": True}
+        assert closing
+        await closing[0]
+        assert await line.ended()
+        await line.close()
+        with pytest.raises((asyncio.CancelledError, EngineClosed)):
+            await task
+    finally:
+        await engine.close()

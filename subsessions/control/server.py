@@ -17,6 +17,7 @@ import os
 import socket
 import struct
 from pathlib import Path
+from typing import Any
 
 from attrs import define, field
 
@@ -27,6 +28,7 @@ from subsessions.control.rpc import METHOD_NOT_FOUND, REFUSED, RpcError
 log = logging.getLogger("subsessions.control")
 MAX_CONNECTIONS = 64
 IDLE_SECONDS = 600.0  # a connection that sends nothing this long is closed
+CLOSE_GRACE = 2.0  # seconds a request being answered may take to finish once closing began
 _CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -38,6 +40,7 @@ class ControlServer:
     _host: Host
     _server: asyncio.AbstractServer | None = field(default=None, init=False)
     _connections: set[asyncio.Task[None]] = field(factory=set, init=False)  # owned, drained
+    _answering: set[asyncio.Task[Any] | None] = field(factory=set, init=False)  # mid-request
     _closed: bool = field(default=False, init=False)
 
     @classmethod
@@ -61,15 +64,22 @@ class ControlServer:
             self._connection(reader, writer), name="subsessions-control-connection")
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
+        task.add_done_callback(lambda _: writer.close())  # cancelled before it ever ran, too
 
     async def aclose(self) -> None:
-        """Stop listening, end every connection (waiting for their tasks), remove the
-        socket; idempotent."""
+        """Stop listening and remove the socket; let requests being answered finish (for
+        `CLOSE_GRACE` seconds at most), end every other connection, wait for every task of
+        the server; idempotent."""
         if not self._closed:
             self._closed = True
             if self._server is not None:
                 self._server.close()
             paths.unlink(self.path)
+        answering = [t for t in self._connections if t in self._answering]
+        for task in self._connections.difference(answering):
+            task.cancel()  # waiting for a line: nothing is lost
+        if answering:  # each ends after its answer (nothing more is read once closing)
+            await asyncio.wait(answering, timeout=CLOSE_GRACE)
         while self._connections:
             tasks = list(self._connections)
             for task in tasks:
@@ -81,17 +91,22 @@ class ControlServer:
     # -- one connection ------------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
         try:
             refusal = self._refusal(writer)
             if refusal is not None:
                 writer.write(rpc.failure(RpcError(REFUSED, refusal)))
                 await writer.drain()
                 return
-            while (line := await _read_line(reader, writer)) is not None:
-                answer = await self._answer(line)
-                if answer:
-                    writer.write(answer)
-                    await writer.drain()  # a peer that does not read is not read either
+            while not self._closed and (line := await _read_line(reader, writer)) is not None:
+                self._answering.add(me)
+                try:
+                    answer = await self._answer(line)
+                    if answer:
+                        writer.write(answer)
+                        await writer.drain()  # a peer that does not read is not read either
+                finally:
+                    self._answering.discard(me)
         except (ConnectionError, TimeoutError):
             pass  # the peer went away or went quiet: only this connection ends
         except Exception:
