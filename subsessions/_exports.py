@@ -16,6 +16,7 @@ from subsessions.children import (
     WaitResult,
 )
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
+from subsessions.control.paths import ControlUnavailable
 from subsessions.engine import Engine
 from subsessions.environment import EnvPolicy
 from subsessions.errors import (
@@ -89,6 +90,7 @@ __all__ = [
     "ChildTimeout",
     "CommandNotFound",
     "ConfigError",
+    "ControlUnavailable",
     "DepthLimitReached",
     "Done",
     "Engine",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO, TypeVar
 
 from subsessions._version import __version__
+from subsessions.control import CONTROL_HELP
 from subsessions.errors import ConfigError, SubsessionError, UnknownSessionType
 from subsessions.mcp.server import idle_timeout_option
 from subsessions.settings import Settings, default_home, load_settings, with_overrides
@@ -109,6 +110,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     run.add_argument("prompt")
     run.add_argument("--profile", help="run this profile top-level (its persona and memory too)")
+    run.add_argument("--control", action="store_true", help=CONTROL_HELP)
 
     resume = commands.add_parser(
         "resume", parents=[common, model_options, work_options],
@@ -118,6 +120,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     resume.add_argument("id")
     resume.add_argument("prompt")
+    resume.add_argument("--control", action="store_true", help=CONTROL_HELP)
 
     _add_mcp_command(commands, common, model_options)
     from subsessions.batch.command import add_batch_command
@@ -249,7 +252,7 @@ def _run_prompt(args: argparse.Namespace, home: Path, out: TextIO) -> int:
         env_policy=settings.env_policy,
         cwd=os.getcwd(), sandbox=args.sandbox, approval=args.approval,
         network_access=args.network, permission_handler=_ask_on_terminal,
-        instructions=args.instructions,
+        instructions=args.instructions, control=args.control,
     )
     if resume is None:  # a resumed session keeps the instructions it was started with
         config = with_base_instructions(config)
@@ -349,9 +352,20 @@ async def _run_session(
                 session = await engine.resume_session(resume, config)
                 if session.resume_report and "skipped" in session.resume_report:
                     print(f"subsessions: {session.resume_report}", file=sys.stderr)
-            return await session.send_and_wait(prompt)
+            try:
+                return await session.send_and_wait(prompt)
+            except asyncio.CancelledError:
+                if _cancelling():
+                    raise  # Ctrl-C or SIGTERM: theirs to report
+                raise SubsessionError("the session was cancelled (through the control "
+                                      "socket)") from None
     finally:
         await client.aclose()
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _profiles(args: argparse.Namespace, home: Path, out: TextIO) -> int:

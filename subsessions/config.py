@@ -167,6 +167,8 @@ class SessionConfig:
     # auto | required | none | a tool's name: what each task's model calls may do until a
     # tool has been called, then auto (the OpenAI Agents SDK's reset_tool_choice)
     tool_choice: str = "auto"
+    # open the engine's control socket (home/control/, DESIGN 3.12) for `subsessions watch`
+    control: bool = False
 
     def __attrs_post_init__(self) -> None:
         check_tool_choice(self.tool_choice)

@@ -16,6 +16,7 @@ from attrs import evolve
 
 from subsessions import resume
 from subsessions.config import SessionConfig, derive_config
+from subsessions.control.server import ControlServer
 from subsessions.dispatch import Dispatcher
 from subsessions.errors import (
     ConfigError,
@@ -91,6 +92,7 @@ class Engine:
         self._mcp_engine_sources = tuple(self._mcp_sources)
         self._mcp_by_tables: dict[int, tuple[Mapping[str, Any], Any]] = {}
         self._closing: asyncio.Task[None] | None = None
+        self._control: ControlServer | None = None  # opened by a config with control=True
 
     # -- what sessions share, read-only for hosts -------------------------------------------
     @property
@@ -124,6 +126,23 @@ class Engine:
     @property
     def dispatcher(self) -> Dispatcher[Session]:
         return self._dispatcher
+
+    @property
+    def control_path(self) -> Path | None:
+        """The control socket's path, once a session asked for one (`control=True`)."""
+        return None if self._control is None else self._control.path
+
+    async def _open_control(self, config: SessionConfig | None) -> None:
+        """The control socket, opened once, by the first config that asks for it."""
+        if config is None or not config.control or self._control is not None:
+            return
+        self.check_open()
+        server = await ControlServer.open(self.home, self)
+        if self._control is not None or self.closed:  # another opened it, or closing began
+            await server.aclose()
+            self.check_open()
+            return
+        self._control = server
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -181,6 +200,7 @@ class Engine:
             chosen = resolve_profile(profile, known)
             config = derive_config(config, chosen)
         self.check_open()  # closing may have started while the MCP servers started
+        await self._open_control(config)
         # No rollout yet: it starts with the first task or child, so a session that never
         # does anything (an MCP connection that only looked) leaves no empty file behind.
         session = Session.new(self._runtime, config, source=source, profile=chosen,
@@ -208,6 +228,7 @@ class Engine:
         if rollout.session_id in OPEN_IN_THIS_PROCESS:
             raise SessionBusy(rollout.session_id, "is open in another engine; fork it instead")
         resume.check_resumable(rollout)
+        await self._open_control(config)
         session = self.adopt(resume.rebuild(self._runtime, path, rollout, fork=False,
                                             config=config))
         resume.requeue(session, rollout)  # its queued spawns wait (or start) again
@@ -219,6 +240,7 @@ class Engine:
         """A new session (new file, `forked_from_id`) that starts from another's history."""
         self.check_open()
         path, rollout = resume.load(self.home, id_or_path)
+        await self._open_control(config)
         return self.adopt(resume.rebuild(self._runtime, path, rollout, fork=True,
                                          config=config))
 
@@ -308,6 +330,8 @@ class Engine:
         await asyncio.gather(
             *(s.subsessions.abort_all_children() for s in sessions), return_exceptions=True
         )
+        if self._control is not None:  # its requests in flight are answered, then it goes
+            await self._control.aclose()
         await self._end_hooks(sessions)
         await self._runtime.drain()
         try:

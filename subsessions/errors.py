@@ -30,6 +30,8 @@
     ├── RolloutError              a rollout file cannot be written or read
     ├── BatchError                a batch's input, template, paths or journal is unusable
     ├── UnsafeHome                the home is owned or writable by another user
+    ├── ControlUnavailable        a control socket cannot be opened or reached (control.paths)
+    ├── RpcError                  a JSON-RPC error answer, with its code (control.rpc)
     ├── WorkerLost                the shard (Ray actor or node) running a child died
     └── RemoteError               an error in another process (shard or driver), as its text
 

@@ -96,7 +96,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # ARCHITECTURE.md's layers, bottom to top: a module imports only from its own layer or below.
 LAYERS: dict[int, tuple[str, ...]] = {
-    0: ("_version", "batch", "budget", "clock", "collector", "errors", "handlers", "ids",
+    0: ("_version", "batch", "budget", "clock", "collector", "control", "errors", "handlers", "ids",
         "items", "mcp",
         "rollouts.status", "rollouts.values", "safe_read", "tools.process",
         "tools.safe_commands", "urls", "usage"),
@@ -104,7 +104,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "handlers.parent_message", "instructions",
         "ledger", "meter",
         "profiles", "settings", "specs", "tools.schema", "tree", "waits"),
-    2: ("batch.journal", "batch.output", "batch.source", "batch.template", "figures", "kit",
+    2: ("batch.journal", "batch.output", "batch.source", "batch.template", "control.client",
+        "control.paths", "control.rpc", "figures", "kit",
         "mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
         "models.factory", "models.openai_chat", "models.openai_common", "models.openai_errors",
         "models.openai_responses", "models.scripted", "rollouts", "rollouts.files",
@@ -119,15 +120,15 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "task_hooks"),
     5: ("handlers.subsessions", "task"),
     6: ("resume", "session", "session_state"),
-    7: ("engine", "ray", "ray.backend", "ray.channel", "ray.host", "ray.ledger", "ray.placement",
-        "ray.shard", "ray.wire"),
+    7: ("control.methods", "control.server", "engine", "ray", "ray.backend", "ray.channel",
+        "ray.host", "ray.ledger", "ray.placement", "ray.shard", "ray.wire"),
     8: ("", "__main__", "_exports", "access", "batch.command", "batch.progress", "cli", "demo",
         "demo_work", "mcp.connection", "mcp.app", "mcp.front", "mcp.server",
         "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
         "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",
         "serve.history", "serve.peer", "serve.served", "serve.server", "serve.wire", "testing",
-        "watch", "watch.app", "watch.cells", "watch.command", "watch.follower", "watch.forest",
-        "watch.stats", "watch.table"),
+        "watch", "watch.app", "watch.cells", "watch.command", "watch.control", "watch.follower",
+        "watch.forest", "watch.prompt", "watch.stats", "watch.table"),
 }
 
 

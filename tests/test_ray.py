@@ -507,11 +507,16 @@ async def test_grandchildren_starting_on_two_shards_never_overshoot_the_trees_li
 ) -> None:
     """Two remote children on two shards each spawn two grandchildren at once, with room
     for one more in the tree: the driver admits each start, so exactly one is started."""
-    both = asyncio.Event()
+    both, answered = asyncio.Event(), asyncio.Event()
     nester = Profile(name="nester")
 
     async def spawns_two(request: Any) -> Any:
         if len(script.seen[first_prompt(request)]) > 1:
+            # neither ends (and gives its place back, its grandchild's too) before both
+            # shards' spawns were answered
+            if len(script.seen["a"]) > 1 and len(script.seen["b"]) > 1:
+                answered.set()
+            await asyncio.wait_for(answered.wait(), 30)
             return ["spawned"]
         if len(script.seen["a"]) and len(script.seen["b"]):
             both.set()

@@ -20,6 +20,7 @@ from subsessions.batch import planning, progress
 from subsessions.batch.runner import Batch, BatchResult
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig
+from subsessions.control import CONTROL_HELP
 from subsessions.engine import Engine
 from subsessions.errors import BatchError, UnknownSessionType
 from subsessions.models.factory import build_model_client
@@ -49,6 +50,7 @@ def add_batch_command(commands: Any, parents: list[argparse.ArgumentParser]) -> 
     batch.add_argument("--budget-tokens", type=int, metavar="N", help="tokens per item")
     batch.add_argument("--budget-seconds", type=float, metavar="S", help="seconds per item")
     batch.add_argument("--resume", metavar="BATCH_ID", help="continue this batch")
+    batch.add_argument("--control", action="store_true", help=CONTROL_HELP)
     batch.add_argument("--progress-every", type=float, default=5.0, metavar="S",
                        help="without a terminal: a progress line every S seconds (default 5)")
 
@@ -99,7 +101,8 @@ def run_batch_command(args: argparse.Namespace, home: Path, settings: Settings, 
                                                        batch.max_concurrency),
         max_queued=settings.max_queued,
         builtin_tools=True, env_policy=settings.env_policy, cwd=str(cwd),
-        sandbox=args.sandbox, approval="never", network_access=args.network)
+        sandbox=args.sandbox, approval="never", network_access=args.network,
+        control=args.control)
     err = sys.stderr
     err.write(f"subsessions batch {batch.batch_id}: {batch.counters.total} items, "
               f"{batch.journal.completed} completed before; journal {batch.journal.path}\n")

@@ -19,34 +19,22 @@ from typing import Any
 import orjson
 from attrs import define, field
 
+from subsessions.control.rpc import (  # the one JSON-RPC error type and its codes
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    RpcError,
+)
 from subsessions.errors import SubsessionError
 from subsessions.serve.framing import frame, read_frame
 
 log = logging.getLogger("subsessions.serve")
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
+__all__ = ["INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND",
+           "PARSE_ERROR", "Peer", "PeerClosed", "RpcError"]
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
-
-
-class RpcError(SubsessionError):
-    """An error answer: raised by handlers to choose the code, and by `request` on one."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        self.code = code
-        self.message = message
-        self.data = data
-        super().__init__(f"JSON-RPC error {code}: {message}")
-
-    def as_dict(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
 
 
 class PeerClosed(SubsessionError):

@@ -2,7 +2,8 @@
 
 Each tick polls the follower (a `stat` per followed file, appended bytes only); the
 rows are rebuilt when something changed, or once a second while a session runs (its
-clock moves), and the table repaints only the lines that differ.
+clock moves), and the table repaints only the lines that differ. `c` and `m` ask the
+selected session's engine through its control socket, in a worker: the view never waits.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from textual.widgets import Footer, RichLog, Static
 
 from subsessions.rollouts.render import Style, render_record
 from subsessions.rollouts.summary import as_record
+from subsessions.watch import control
 from subsessions.watch.cells import Cells, row_cells, short_ids
 from subsessions.watch.follower import Follower, read_appended
 from subsessions.watch.forest import Row, build_rows
+from subsessions.watch.prompt import MessageScreen
 from subsessions.watch.stats import SessionStats
 from subsessions.watch.table import SessionTable
 
@@ -37,7 +40,9 @@ class WatchApp(App[None]):
     SessionTable { height: 1fr; }
     #status { height: 1; color: $text-muted; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "quit", "quit")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "quit"), Binding("c", "cancel", "cancel"),
+        Binding("m", "message", "message")]
 
     def __init__(self, follower: Follower, interval: float = 0.25) -> None:
         super().__init__()
@@ -47,6 +52,7 @@ class WatchApp(App[None]):
         self._shorts: dict[str, str] = {}
         self._header = ""
         self._status = ""
+        self.note = ""  # what the last `c` or `m` came to, shown in the status line
         self._live = 0
         self._stale = False  # polled changes not drawn yet
         self._drawn = 0.0
@@ -90,6 +96,8 @@ class WatchApp(App[None]):
         status = f"{follower.home}: {len(rows)} sessions, {running} running"
         if follower.hidden and follower.root is None:
             status += f" ({follower.hidden} older not shown: --limit 0 shows every one)"
+        if self.note:
+            status += f"  |  {self.note}"
         if status != self._status:
             self._status = status
             self.query_one("#status", Static).update(status)
@@ -105,6 +113,46 @@ class WatchApp(App[None]):
         cells = row_cells(row, short, now)
         self._cells[row.stats.key] = (seen, cells)
         return cells
+
+    # -- control: c cancels, m sends a message (the engine's socket, DESIGN 3.12) ---------
+    def _selected(self) -> tuple[str, str] | None:
+        """The selected session's id and short id; None (and a note) when there is none."""
+        key = self.query_one(SessionTable).selected
+        stats = self.follower.sessions.get(key) if key is not None else None
+        if stats is None or stats.session_id is None:
+            self._tell("select a session first" if stats is None else
+                       "the selected row has no session id (not a rollout)")
+            return None
+        return stats.session_id, self._shorts.get(stats.key, stats.key)
+
+    def _tell(self, note: str) -> None:
+        self.note = note
+        self._update()
+
+    def action_cancel(self) -> None:
+        selected = self._selected()
+        if selected is not None:
+            self._tell(f"cancelling {selected[1]}…")
+            self.run_worker(self._cancel(*selected), group="control")
+
+    async def _cancel(self, session_id: str, short: str) -> None:
+        self._tell(await control.cancel(self.follower.home, session_id, short))
+
+    def action_message(self) -> None:
+        selected = self._selected()
+        if selected is not None:
+            self.run_worker(self._message(*selected), group="control")
+
+    async def _message(self, session_id: str, short: str) -> None:
+        path = await control.engine_of(self.follower.home, session_id)
+        if path is None:
+            self._tell(control.NO_SOCKET.format(what="message", short=short))
+            return
+        text = await self.push_screen_wait(MessageScreen(short))
+        if text is None:
+            self._tell(f"no message sent to {short}")
+            return
+        self._tell(await control.send(path, session_id, text, short))
 
     def on_session_table_chosen(self, message: SessionTable.Chosen) -> None:
         stats = self.follower.sessions.get(message.key)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from subsessions.control.paths import clear_stale
 from subsessions.errors import InvalidArguments, RolloutError, SubsessionError
 from subsessions.watch.cells import plain_table
 from subsessions.watch.follower import Follower
@@ -27,7 +28,8 @@ def add_watch_command(commands: Any, common: argparse.ArgumentParser) -> None:
         "watch", parents=[common], help="a live tree of the sessions (--once: print it)",
         description="A live tree of the home's sessions, updated as their rollouts grow: "
         "status, turns, tokens, tool calls, elapsed time and the last message, with subtree "
-        "totals on every parent. Keys: arrows select, Enter shows the transcript, q quits.",
+        "totals on every parent. Keys: arrows select, Enter shows the transcript, c cancels "
+        "and m messages the selected session (its engine started with --control), q quits.",
     )
     watch.add_argument("id", nargs="?", metavar="SESSION_ID",
                        help="only this session's tree (an id or a unique prefix)")
@@ -43,6 +45,7 @@ def run_watch(args: argparse.Namespace, home: Path, out: TextIO) -> int:
     if not home.is_dir():
         raise RolloutError(str(home), "no such directory, so no rollouts "
                            "(--home DIR or $SUBSESSIONS_HOME names the home)")
+    clear_stale(home)  # sockets of engines that died (SIGKILL): nobody answers there
     follower = Follower(str(home), root=args.id, limit=args.limit or None)
     follower.open()
     if args.once:

@@ -2,8 +2,9 @@
 
 The run talks to the loopback fake OpenAI server; its children's model calls are held
 until the terminal shows both of them running, then released, and the same terminal
-must show them (and their parent) completed. The tmux server is a private one (`-L`),
-killed at the end whatever happens.
+must show them (and their parent) completed. Beside a `subsessions run --control`, `c` on
+its running child cancels it through the run's control socket. The tmux server is a private
+one (`-L`), killed at the end whatever happens.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, fake_openai, text
 from openai_support import TIMEOUT, cli_env, start, tool_outputs
+from test_control_cli import OneStuckChild
 
 pytest.importorskip("textual", reason="the live view needs the [watch] extra")
 if shutil.which("tmux") is None:
@@ -77,6 +79,20 @@ def rows(screen: str, marker: str) -> list[str]:
     return [line for line in screen.splitlines() if marker in line]
 
 
+def worker_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    (home / "profiles").mkdir(parents=True)
+    (home / "profiles" / "worker.toml").write_text(WORKER, encoding="utf-8")
+    return home
+
+
+def watch_command(home: Path) -> str:
+    """`subsessions watch` as the tmux window runs it (its own size, this test's paths)."""
+    env = [f"{k}={v}" for k, v in cli_env().items() if k in ("PYTHONPATH", "PATH")]
+    return shlex.join(["env", "-u", "COLUMNS", "-u", "LINES", *env, "TERM=xterm-256color",
+                       sys.executable, "-m", "subsessions", "watch", "--home", str(home)])
+
+
 async def test_watch_follows_a_live_run_on_a_real_terminal(
     fake_openai: FakeOpenAI, tmp_path: Path, tmux: Tmux
 ) -> None:
@@ -97,12 +113,8 @@ async def test_watch_follows_a_live_run_on_a_real_terminal(
         return text("both jobs finished")
 
     fake_openai.script = script
-    home = tmp_path / "home"
-    (home / "profiles").mkdir(parents=True)
-    (home / "profiles" / "worker.toml").write_text(WORKER, encoding="utf-8")
-    env = [f"{k}={v}" for k, v in cli_env().items() if k in ("PYTHONPATH", "PATH")]
-    command = shlex.join(["env", "-u", "COLUMNS", "-u", "LINES", *env, "TERM=xterm-256color",
-                          sys.executable, "-m", "subsessions", "watch", "--home", str(home)])
+    home = worker_home(tmp_path)
+    command = watch_command(home)
     await tmux.run("new-session", "-d", "-s", tmux.name, "-x", "200", "-y", "40", command)
     await tmux.until(lambda s: "SESSION" in s and ": 0 sessions" in s, "the empty home")
 
@@ -137,6 +149,43 @@ async def test_watch_follows_a_live_run_on_a_real_terminal(
                 break
             await asyncio.sleep(0.1)
         assert not await tmux.alive()  # q quit the watch, which ended the tmux session
+    finally:
+        if run.returncode is None:
+            run.kill()
+            await run.wait()
+
+
+async def test_c_in_watch_cancels_a_running_child_of_a_live_run_with_control(
+    fake_openai: FakeOpenAI, tmp_path: Path, tmux: Tmux
+) -> None:
+    script = OneStuckChild("You work.")
+    fake_openai.script = script
+    home = worker_home(tmp_path)
+    command = watch_command(home)
+    run = await start("run", "--control", "--home", str(home), "--base-url",
+                      fake_openai.base_url, "--model", "m-test", "do one job", cwd=tmp_path)
+    try:
+        await tmux.run("new-session", "-d", "-s", tmux.name, "-x", "200", "-y", "40", command)
+        shown = await tmux.until(
+            lambda s: len([r for r in rows(s, "worker") if " running " in r]) == 1,
+            "the running child")
+        [parent] = rows(shown, "do one job")
+        lines = shown.splitlines()
+        assert lines.index(rows(shown, "worker")[0]) == lines.index(parent) + 1
+        await tmux.run("send-keys", "-t", tmux.name, "Down")  # from the parent to its child
+        await tmux.run("send-keys", "-t", tmux.name, "c")
+        shown = await tmux.until(
+            lambda s: any(" cancelled " in r for r in rows(s, "worker"))
+            and any(" completed " in r for r in rows(s, "the job ended: "))
+            and "|  cancelled " in s,  # the status line says what c did
+            "the child cancelled, its parent completed, and the status line saying so")
+        [status] = [line for line in shown.splitlines() if "|  cancelled " in line]
+        assert status.startswith(f"{home}: 2 sessions, 0 running")
+        out, err = await asyncio.wait_for(run.communicate(), TIMEOUT)
+        assert run.returncode == 0, err
+        assert out.decode().startswith("the job ended: ") and "cancelled" in out.decode()
+        assert not list((home / "control").iterdir())  # the run removed its socket
+        await tmux.run("send-keys", "-t", tmux.name, "q")
     finally:
         if run.returncode is None:
             run.kill()
