@@ -148,7 +148,7 @@ class SubsessionManager:
             record.waited = True
         elif parent.config.notify_on_child_end:
             self._unnoticed.append(record)
-        child.events.close()
+        child.close_events()
         parent.runtime.dispatcher.child_ended(
             parent, child, record.ending_data
         )
