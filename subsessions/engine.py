@@ -294,7 +294,7 @@ class Engine:
         await self.dispatcher.invoke_hook(session, "on_session_end", {"reason": "destroy"})
         self.dispatcher.unregister(session_id)
         OPEN_IN_THIS_PROCESS.discard(session_id)
-        session.events.close()
+        session.close_events()
         await session.recorder.flush_durable()
 
     async def delete_session(self, session_id: str) -> None:
@@ -348,7 +348,7 @@ class Engine:
         finally:
             await self._runtime.aclose()
             for session in sessions:
-                session.events.close()
+                session.close_events()
                 OPEN_IN_THIS_PROCESS.discard(session.session_id)
             self._sessions.clear()
             self._dispatcher.clear()

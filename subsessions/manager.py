@@ -203,7 +203,7 @@ class SubsessionManager:
             record.waited = True
         elif parent.config.notify_on_child_end:
             self._unnoticed.append(record)
-        child.events.close()
+        child.close_events()
         if started:
             parent.runtime.dispatcher.child_ended(parent, child, record.ending_data)
         child.release()  # its ending is on disk: what the API reports stays, the history goes

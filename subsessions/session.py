@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -16,6 +17,7 @@ from subsessions.budget import Budget
 from subsessions.config import SessionConfig
 from subsessions.errors import InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventStream
+from subsessions.figures import Figures
 from subsessions.handlers import parent_message
 from subsessions.kit import Kit, child_config
 from subsessions.ledger import TreeLedger
@@ -26,6 +28,7 @@ from subsessions.rollouts.reader import read_rollout
 from subsessions.runtime import Runtime
 from subsessions.session_state import NEW, Origin, Phase, SessionState
 from subsessions.tools import ToolContext
+from subsessions.usage import Usage
 
 log = logging.getLogger("subsessions")
 
@@ -70,6 +73,49 @@ class Session(SessionState):
         if manager is None:
             manager = self._subsessions = SubsessionManager(self)
         return manager
+
+    # -- its counters from elsewhere, and the edges of its tasks ---------------------------
+    def remote_usage(self, session_id: str) -> Usage:
+        """What a descendant run by another process reported so far (nothing: zeros)."""
+        known = None if self._elsewhere is None else self._elsewhere.get(session_id)
+        return known or Usage()
+
+    def count_remote(self, session_id: str, usage: Usage) -> None:
+        """A descendant run by another process reports its usage (it replaces the last)."""
+        if self._elsewhere is None:
+            self._elsewhere = {}
+        self._elsewhere[session_id] = usage
+
+    def apply(self, figures: Figures) -> None:
+        """Its figures from the process its task runs in (a shard): usage, the answering
+        model, and what its meter has counted."""
+        self.token_usage = figures.token_usage
+        self.turns = figures.turns
+        self.tool_calls = figures.tool_calls
+        self.answered_by = figures.answered_by
+        if figures.spent is not None:
+            self.meter.turns, self.meter.tokens = figures.spent
+
+    def task_begins(self) -> None:
+        self._task = asyncio.current_task()
+        if self.parent is None:
+            self.tree.root_busy(True)
+        else:
+            self.meter.arm()
+
+    def task_ended(self) -> None:
+        self._task = None
+        if self.parent is not None:
+            self._phase = Phase.ENDED
+            self.meter.disarm()
+        else:
+            self.tree.root_busy(False)
+
+    def prepare_follow_up(self) -> None:
+        """Before a new task of an ended child (send_message): nothing of the last one's
+        ending carries over."""
+        self.stop = None
+        self.taking_messages = True
 
     # -- listeners and host answers ---------------------------------------------------------
     def on(self, handler: EventHandler) -> Callable[[], None]:

@@ -21,8 +21,7 @@ from subsessions.budget import Budget
 from subsessions.children import CANCEL, Stop
 from subsessions.config import SessionConfig, Tool
 from subsessions.errors import BudgetExhausted
-from subsessions.events import EventHub
-from subsessions.figures import Figures
+from subsessions.events import EventHub, listening
 from subsessions.ids import new_session_id
 from subsessions.items import Item
 from subsessions.kit import Kit, own_kit
@@ -72,11 +71,12 @@ class SessionState:
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
-        "_child_context", "_elsewhere", "_notes", "_phase", "_subsessions", "_task",
-        "answered_by", "call_id", "cwd", "depth", "events", "forked_from", "history", "inbox",
-        "instructions", "kit", "last_message", "mailbox", "max_turns", "meter", "model",
-        "parent", "recorder", "resume_report", "root", "runtime", "session_id", "source",
-        "started_at", "stop", "taking_messages", "token_usage", "tool_calls", "tree", "turns",
+        "_child_context", "_elsewhere", "_events", "_events_closed", "_notes", "_phase",
+        "_subsessions", "_task", "answered_by", "call_id", "cwd", "depth", "forked_from",
+        "history", "inbox", "instructions", "kit", "last_message", "mailbox", "max_turns",
+        "meter", "model", "parent", "recorder", "resume_report", "root", "runtime",
+        "session_id", "source", "started_at", "stop", "taking_messages", "token_usage",
+        "tool_calls", "tree", "turns",
     )
 
     def __init__(
@@ -130,9 +130,10 @@ class SessionState:
             runtime.unwritten,
             self.depth,
         )
-        self.events: EventHub = EventHub(
-            self.session_id, parent.events if parent else None, call_id
-        )
+        # its event hub: a top-level session's at once, a child's at its first listener
+        # (`events`), so a child nobody hears never has one
+        self._events = EventHub(self.session_id, None, None) if parent is None else None
+        self._events_closed = False  # a hub made after `close_events` is made closed
         self._subsessions: SubsessionManager | None = None  # made when first asked for
         self._child_context: ToolContext | None = None
         if kit is None and parent is None and tool_context is None:
@@ -160,6 +161,34 @@ class SessionState:
     def spawned(self) -> SubsessionManager | None:
         """Its children's manager if it was ever asked for (readers make none)."""
         return self._subsessions
+
+    @property
+    def events(self) -> EventHub:
+        """Its event hub, chained to its parent's (made at first use)."""
+        hub = self._events
+        if hub is None:
+            parent = self.parent
+            hub = self._events = EventHub(
+                self.session_id, parent.events if parent is not None else None, self.call_id)
+            if self._events_closed:
+                hub.close()
+        return hub
+
+    @property
+    def heard(self) -> bool:
+        """Whether an event of it would reach anyone: its hub's listeners or an ancestor's
+        (asked before an event is built, so a child nobody hears makes no hub)."""
+        hub = self._events
+        if hub is not None:
+            return listening(hub)
+        parent = self.parent
+        return parent is not None and parent.heard
+
+    def close_events(self) -> None:
+        """It has ended: its streams end (a hub made later is made closed)."""
+        self._events_closed = True
+        if self._events is not None:
+            self._events.close()
 
     @property
     def agent_name(self) -> str | None:
@@ -256,27 +285,6 @@ class SessionState:
         """What its descendants run by another process (Ray) reported, one per session."""
         return () if self._elsewhere is None else self._elsewhere.values()
 
-    def remote_usage(self, session_id: str) -> Usage:
-        """What a descendant run by another process reported so far (nothing: zeros)."""
-        known = None if self._elsewhere is None else self._elsewhere.get(session_id)
-        return known or Usage()
-
-    def count_remote(self, session_id: str, usage: Usage) -> None:
-        """A descendant run by another process reports its usage (it replaces the last)."""
-        if self._elsewhere is None:
-            self._elsewhere = {}
-        self._elsewhere[session_id] = usage
-
-    def apply(self, figures: Figures) -> None:
-        """Its figures from the process its task runs in (a shard): usage, the answering
-        model, and what its meter has counted."""
-        self.token_usage = figures.token_usage
-        self.turns = figures.turns
-        self.tool_calls = figures.tool_calls
-        self.answered_by = figures.answered_by
-        if figures.spent is not None:
-            self.meter.turns, self.meter.tokens = figures.spent
-
     @property
     def sandbox_policy(self) -> dict[str, Any]:
         if self.tool_context is not None:
@@ -288,27 +296,6 @@ class SessionState:
         """The budget stop its task ends with, if its stop is one."""
         stop = self.stop
         return stop if isinstance(stop, BudgetExhausted) else None
-
-    def task_begins(self) -> None:
-        self._task = asyncio.current_task()
-        if self.parent is None:
-            self.tree.root_busy(True)
-        else:
-            self.meter.arm()
-
-    def task_ended(self) -> None:
-        self._task = None
-        if self.parent is not None:
-            self._phase = Phase.ENDED
-            self.meter.disarm()
-        else:
-            self.tree.root_busy(False)
-
-    def prepare_follow_up(self) -> None:
-        """Before a new task of an ended child (send_message): nothing of the last one's
-        ending carries over."""
-        self.stop = None
-        self.taking_messages = True
 
     # -- stops: a cancel or a budget, the first one wins ---------------------------------
     def request_stop(self, budget: BudgetExhausted | None = None, *,

@@ -23,7 +23,7 @@ from subsessions.errors import (
     ToolNotSupported,
     error_text,
 )
-from subsessions.events import emit, listening
+from subsessions.events import emit
 from subsessions.handlers import ask_user, parent_message
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.ids import new_session_id
@@ -102,7 +102,7 @@ IN_PROCESS = InProcess()
 
 async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
     """Run one task; exactly one terminal record is written, however it ends."""
-    if first:  # at its first task, where a listener (or parent) can see it
+    if first and host.heard:  # at its first task, where a listener (or parent) can see it
         emit(host.events, "session.start", {"session_id": host.session_id,
                                             "source": host.source})
     record = host.recorder
@@ -264,7 +264,8 @@ async def _turns(host: TaskHost) -> str | None:
             if is_assistant_message(item):
                 answer = host.last_message = message_text(item)
                 recorder.event({"type": "agent_message", "message": answer})
-                emit(host.events, "assistant.message", {"content": answer})
+                if host.heard:
+                    emit(host.events, "assistant.message", {"content": answer})
             elif item.get("type") == "function_call":
                 calls.append(item)
         _count(host, response.usage)
@@ -316,7 +317,7 @@ def _count(host: TaskHost, usage: TokenUsage) -> None:
     total = host.token_usage = host.token_usage + usage
     fallback = host.answered_by if host.answered_by != host.model else None
     host.recorder.event(records.token_count(usage.as_dict(), total.as_dict(), fallback))
-    if host.is_child and listening(host.events):  # a host's live meter of each child
+    if host.is_child and host.heard:  # a host's live meter of each child
         emit(host.events, "subagent.usage", {
             "remote_session_id": host.session_id, "tool_call_id": host.call_id,
             "agent_name": host.agent_name, "last": usage.as_dict(),
@@ -329,17 +330,18 @@ async def call_tool(host: TaskHost, call: Item) -> Item:
     """Run one function call; every failure becomes a failed output, never an exception."""
     call_id = str(call.get("call_id", ""))
     name = str(call.get("name", ""))
-    events = host.events
     host.tool_calls += 1
-    emit(events, "tool.execution_start", {"tool_call_id": call_id, "tool_name": name,
-                                          "arguments": call.get("arguments")})
+    if host.heard:
+        emit(host.events, "tool.execution_start", {"tool_call_id": call_id, "tool_name": name,
+                                                   "arguments": call.get("arguments")})
     try:
         output = await _dispatch(host, name, str(call.get("arguments", "")), call_id)
         success = True
     except Exception as exc:
         output, success = error_text(exc), False
-    emit(events, "tool.execution_complete", {"tool_call_id": call_id, "tool_name": name,
-                                             "success": success, "result": output})
+    if host.heard:
+        emit(host.events, "tool.execution_complete", {
+            "tool_call_id": call_id, "tool_name": name, "success": success, "result": output})
     return function_call_output(call_id, output, success)
 
 

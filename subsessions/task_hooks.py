@@ -30,9 +30,9 @@ def announce_end(host: Member, terminal: dict[str, Any]) -> None:
     if budget_limited(terminal):
         failure = terminal["message"]
     kind = "error" if failure is not None else terminal["type"]
-    if failure is not None:
+    if host.heard and failure is not None:
         emit(host.events, "session.error", {"message": failure})
-    else:
+    elif host.heard:
         emit(host.events, "session.idle", {"aborted": kind == "turn_aborted"})
     hooks = host.tree.config.hooks
     if hooks is None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 import subsessions
@@ -207,3 +209,40 @@ async def test_a_session_another_process_is_writing_is_not_resumed(home: Path) -
     finally:
         writer.kill()
         await writer.wait()
+
+
+async def test_flush_and_abort_are_what_applications_call(home: Path) -> None:
+    """`flush()` / `flush_durable()` put what a session recorded in its file, `abort()`
+    cancels its running task (its children first): no application reaches the recorder or
+    the runtime (mcp/ and serve/ use these)."""
+    import asyncio
+
+    asked = asyncio.Event()
+
+    async def slow(request: subsessions.ModelRequest) -> list[str]:
+        asked.set()
+        await asyncio.Event().wait()
+        return ["never"]
+
+    async with Engine(home, model_client=ScriptedModel(slow)) as engine:
+        session = await engine.create_session()
+        assert session.abort() is False  # nothing runs
+        task = asyncio.ensure_future(session.send_and_wait("working"))
+        await asked.wait()
+        session.note("a line of the application's")
+        await session.flush_durable()
+        lines = _lines(session.rollout_path)
+        assert lines[0]["type"] == "session_meta"
+        assert lines[-1]["payload"] == {"type": "background_event",
+                                        "message": "a line of the application's"}
+        assert session.abort() is True
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        session.flush()
+        await session.flush_durable()
+        assert _lines(session.rollout_path)[-1]["payload"]["type"] == "turn_aborted"
+
+
+def _lines(path: str) -> list[dict[str, Any]]:
+    with open(path, "rb") as file:
+        return [orjson.loads(line) for line in file]

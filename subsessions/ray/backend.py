@@ -25,7 +25,6 @@ from subsessions import task
 from subsessions.children import CANCEL
 from subsessions.config import BUILTIN_TOOL_NAMES
 from subsessions.errors import BudgetExhausted, ConfigError, RemoteError, WorkerLost
-from subsessions.events import listening
 from subsessions.figures import Figures
 from subsessions.profiles import Profile
 from subsessions.ray import host
@@ -319,7 +318,7 @@ def _spec(child: Session, prompt: str, first: bool) -> ChildSpec:
             user_input_handler=root.user_input_handler is not None,
             notify_on_child_end=root.notify_on_child_end,
         ),
-        relay_events=listening(child.events),
+        relay_events=child.heard,
         cancel_first=child.stop is CANCEL,
         budget=child.budget,
         inbox=tuple(child.inbox),

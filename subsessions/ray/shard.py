@@ -218,7 +218,7 @@ class Shard:
         raised = None if task.cancelled() else task.exception()
         stop = (raised.kind, raised.limit) if isinstance(raised, BudgetExhausted) else None
         await self._channel.delivered(self._channel.sent)
-        child.events.close()
+        child.close_events()
         self._release(spec.root.session_id)
         usage = child.usage()
         return Outcome(STATE_WORDS[type(ending)], ending.result if isinstance(ending, Done)
@@ -268,7 +268,7 @@ class Shard:
             return
         del self._roots[root_id]
         self._runtime.dispatcher.unregister(root_id)
-        stand_in.events.close()
+        stand_in.close_events()
 
     def _child(self, spec: ChildSpec, stand_in: Session) -> ShardChild:
         tools = tuple(self._tool(spec, t) for t in spec.tools)
