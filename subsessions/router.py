@@ -43,7 +43,9 @@ async def call_tool(host: RouterHost, call: Item) -> Item:
     emit(events, "tool.execution_start", {"tool_call_id": call_id, "tool_name": name,
                                           "arguments": call.get("arguments")})
     try:
-        output = await _dispatch(host, name, str(call.get("arguments", "")), call_id)
+        work = _dispatch(host, name, str(call.get("arguments", "")), call_id)
+        tracer = host.runtime.tracer
+        output = await (work if tracer is None else tracer.tool(host, call, work))
         success = True
     except Exception as exc:
         output, success = error_text(exc), False

@@ -101,6 +101,8 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
     answer: str | None = None
     cancelled = False
     since = len(host.history)
+    tracer = host.runtime.tracer
+    traced = None if tracer is None else tracer.begin(host, prompt)  # its invoke_agent span
     host.task_begins()
     try:
         stop = host.stop
@@ -150,6 +152,8 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
             for event in ending:
                 record.event(event)
             host.task_ended()
+            if traced is not None:
+                traced.end(host, ending[-1])
             _announce_end(host, ending[-1])
     return answer
 
@@ -249,6 +253,7 @@ def _hook_later(host: TaskHost, hook: Any) -> None:
 
 async def _turns(host: TaskHost) -> str | None:
     client = host.runtime.model_client
+    tracer = host.runtime.tracer
     recorder = host.recorder
     # The head of the task goes to the writer before the first model call, so the file
     # exists while the session works; later lines follow with the runtime's periodic flush.
@@ -270,7 +275,9 @@ async def _turns(host: TaskHost) -> str | None:
             tool_choice=tool_choice,
         )
         host.turns += 1
-        response: ModelResponse = await host.tree.respond(host, client, request)
+        responding = host.tree.respond(host, client, request)
+        response: ModelResponse = await (responding if tracer is None
+                                         else tracer.chat(host, request, responding))
         answered = response.model or host.model
         if answered not in (host.model, host.answered_by):
             recorder.event(records.background(
