@@ -36,6 +36,7 @@ CANCELLED = "cancelled"
 BUDGET = "budget_exhausted"
 PROPAGATOR = TraceContextTextMapPropagator()  # W3C, whatever the global propagator is
 T = TypeVar("T")
+TOOL_CALLS, STOP = ("tool_calls",), ("stop",)  # gen_ai.response.finish_reasons
 
 
 class ModelRuntime(Protocol):
@@ -50,8 +51,6 @@ class Agent(Protocol):
     def session_id(self) -> str: ...
     @property
     def model(self) -> str: ...
-    @property
-    def depth(self) -> int: ...
     @property
     def token_usage(self) -> TokenUsage: ...
     @property
@@ -91,8 +90,6 @@ class Tracer:
             "gen_ai.agent.id": host.session_id,
             "gen_ai.conversation.id": host.session_id,
             "gen_ai.request.model": host.model,
-            "gen_ai.provider.name": host.runtime.model_provider,
-            "subsessions.depth": host.depth,
         }
         if name is not None:
             attributes["gen_ai.agent.name"] = name
@@ -114,7 +111,6 @@ class Tracer:
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": host.runtime.model_provider,
             "gen_ai.request.model": request.model,
-            "gen_ai.conversation.id": request.session_id,
         }
         if self.capture_content:
             attributes["gen_ai.input.messages"] = content.item_messages(request.items)
@@ -129,13 +125,16 @@ class Tracer:
         usage = response.usage
         calls = any(isinstance(item, dict) and item.get("type") == "function_call"
                     for item in response.output)
-        span.set_attribute("gen_ai.response.model", response.model or request.model)
-        span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
-        span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
-        span.set_attribute("gen_ai.response.finish_reasons",
-                           ("tool_calls",) if calls else ("stop",))
+        answered: dict[str, Any] = {
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+            "gen_ai.response.finish_reasons": TOOL_CALLS if calls else STOP,
+        }
+        if response.model is not None and response.model != request.model:  # a fallback's
+            answered["gen_ai.response.model"] = response.model
         if self.capture_content:
-            span.set_attribute("gen_ai.output.messages", content.item_messages(response.output))
+            answered["gen_ai.output.messages"] = content.item_messages(response.output)
+        span.set_attributes(answered)
 
     # -- execute_tool: one tool call ----------------------------------------------------------
     async def tool(self, host: Agent, call: Item, work: Awaitable[str]) -> str:
@@ -180,11 +179,10 @@ class TaskSpan:
         """The task's terminal record is written (called in the task's `finally`, where the
         exception that ends it, if any, is the one being raised)."""
         span = self._span
-        used = host.token_usage
-        span.set_attribute("gen_ai.usage.input_tokens",
-                           used.input_tokens - self._usage.input_tokens)
-        span.set_attribute("gen_ai.usage.output_tokens",
-                           used.output_tokens - self._usage.output_tokens)
+        used, before = host.token_usage, self._usage
+        span.set_attributes({"gen_ai.usage.input_tokens": used.input_tokens - before.input_tokens,
+                             "gen_ai.usage.output_tokens":
+                                 used.output_tokens - before.output_tokens})
         reason = terminal.get("reason")
         raised = sys.exc_info()[1]
         if reason == "budget_limited":
