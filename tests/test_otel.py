@@ -325,3 +325,48 @@ def test_the_global_provider_is_used_when_set_and_ignored_when_not(tmp_path: Pat
     print(sorted(s.name for s in exporter.get_finished_spans()))
     """, tmp_path)
     assert out.splitlines() == ["False", "True", "['chat scripted', 'invoke_agent']"]
+
+
+# -- across processes: what a shard sends back -------------------------------------------------
+def test_a_shards_spans_continue_the_drivers_trace_and_reach_its_provider(spans: Spans) -> None:
+    """What the Ray backend does around a remote child, without Ray: the spawning span's
+    context goes with the child, the shard's tracer (made then, content switch included)
+    sends its finished spans back, and the driver hands them to its provider whole."""
+    from types import SimpleNamespace
+
+    from subsessions.models.base import TokenUsage
+    from subsessions.otel import SpanBatch, engine_tracer, replay, shard_trace
+
+    driver = engine_tracer(spans.provider, capture_content=True)
+    assert driver is not None
+    with driver.otel.start_as_current_span("execute_tool create_session") as spawning:
+        context = driver.carrier()
+    shard = SimpleNamespace(tracer=None)
+    sent: list[SpanBatch] = []
+    with shard_trace(shard, sent.append, context):
+        tracer = shard.tracer
+        assert tracer is not None and tracer.capture_content
+        host = SimpleNamespace(session_id="child", model="m", profile=WORKER, stop=None,
+                               token_usage=TokenUsage(), runtime=SimpleNamespace(
+                                   model_provider="p"))
+        task = tracer.begin(host, "the prompt")
+        host.token_usage = TokenUsage(12, 3)
+        try:
+            raise ModelError("down")
+        except ModelError:
+            task.end(host, {"type": "task_complete", "error": {"message": "down"}})
+    assert [len(batch.records) for batch in sent] == [1]  # sent as its task's span ended
+    replay(driver, sent[0])
+    (child,) = spans.named("invoke_agent worker")
+    assert child.parent is not None and child.context is not None
+    assert child.parent.span_id == spawning.get_span_context().span_id
+    assert child.context.trace_id == spawning.get_span_context().trace_id
+    assert child.resource is spans.provider.resource
+    assert error_type(child) == "ModelError" and child.status.description == "down"
+    assert attrs(child) == {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.id": "child",
+        "gen_ai.conversation.id": "child", "gen_ai.request.model": "m",
+        "gen_ai.agent.name": "worker", "error.type": "ModelError",
+        "gen_ai.input.messages":
+            '[{"role":"user","parts":[{"type":"text","content":"the prompt"}]}]',
+        "gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 3}

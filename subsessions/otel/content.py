@@ -23,6 +23,11 @@ def text_messages(role: str, text: str | None) -> str:
     return _json([{"role": role, "parts": parts}])
 
 
+def instructions(text: str) -> str:
+    """`gen_ai.system_instructions`: parts, without a message around them."""
+    return _json([{"type": "text", "content": text}])
+
+
 def item_messages(items: Iterable[Item]) -> str:
     """A model call's input or output items as messages."""
     return _json([m for m in map(_message, items) if m is not None])

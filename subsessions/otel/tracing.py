@@ -115,8 +115,8 @@ class Tracer:
         if self.capture_content:
             attributes["gen_ai.input.messages"] = content.item_messages(request.items)
             if request.instructions:
-                attributes["gen_ai.system_instructions"] = content.text_messages(
-                    "system", request.instructions)
+                attributes["gen_ai.system_instructions"] = content.instructions(
+                    request.instructions)
         span = self.otel.start_span(f"chat {request.model}", kind=SpanKind.CLIENT,
                                     attributes=attributes)
         return await _within(host, span, work, partial(self._answered, request))
