@@ -165,7 +165,8 @@ async def test_a_run_with_two_children_and_a_grandchild_is_one_tree_of_genai_spa
     (b_chat,) = [c for c in spans.children(spans.agent(b)) if c.name == "chat scripted"]
     assert attrs(b_chat) == {
         "gen_ai.operation.name": "chat", "gen_ai.provider.name": engine.model_provider,
-        "gen_ai.request.model": "scripted", "gen_ai.usage.input_tokens": 5,
+        "gen_ai.request.model": "scripted", "gen_ai.conversation.id": b,
+        "gen_ai.usage.input_tokens": 5,
         "gen_ai.usage.output_tokens": 2, "gen_ai.response.finish_reasons": ("stop",)}
     first = min((c for c in spans.children(top) if c.name == "chat scripted"),
                 key=lambda c: c.start_time or 0)

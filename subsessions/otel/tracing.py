@@ -111,6 +111,7 @@ class Tracer:
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": host.runtime.model_provider,
             "gen_ai.request.model": request.model,
+            "gen_ai.conversation.id": request.session_id,  # (conditionally required)
         }
         if self.capture_content:
             attributes["gen_ai.input.messages"] = content.item_messages(request.items)
