@@ -211,7 +211,7 @@ def main() -> None:
                         default=[1_000, 10_000])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--absent-n", type=int, default=10_000)
-    parser.add_argument("--absent-rounds", type=int, default=4)
+    parser.add_argument("--absent-rounds", type=int, default=6)
     parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--absent", action="store_true", help=argparse.SUPPRESS)
