@@ -371,3 +371,23 @@ def test_a_shards_spans_continue_the_drivers_trace_and_reach_its_provider(spans:
         "gen_ai.input.messages":
             '[{"role":"user","parts":[{"type":"text","content":"the prompt"}]}]',
         "gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 3}
+
+
+def test_a_worker_without_the_extra_runs_its_child_untraced_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from types import SimpleNamespace
+
+    from subsessions.otel import TraceContext, shard_trace
+
+    monkeypatch.setitem(sys.modules, "subsessions.otel.remote", None)  # cannot be imported
+    monkeypatch.setattr("subsessions.otel._warned", [])
+    shard = SimpleNamespace(tracer=None)
+    for _ in range(2):
+        with shard_trace(shard, print, TraceContext({"traceparent": "00-" + "1" * 32 + "-"
+                                                     + "2" * 16 + "-01"})):
+            pass
+    assert shard.tracer is None
+    assert [r.message for r in caplog.records].count(
+        "spans of children on this Ray worker are not recorded: import of "
+        "subsessions.otel.remote halted; None in sys.modules") == 1

@@ -24,6 +24,7 @@ __all__ = ["SpanBatch", "TraceContext", "engine_tracer", "replay", "shard_trace"
 
 log = logging.getLogger("subsessions")
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"  # the GenAI convention's
+_warned: list[bool] = []  # the missing extra on a worker is told once
 
 
 def engine_tracer(provider: Any = None, capture_content: bool | None = None) -> Tracer | None:
@@ -53,8 +54,14 @@ def shard_trace(runtime: Traced, send: Callable[[SpanBatch], None],
     if context is None:
         yield
         return
-    from subsessions.otel.remote import restored
-
+    try:
+        from subsessions.otel.remote import restored
+    except ImportError as exc:  # a worker without the [otel] extra: its child runs untraced
+        if not _warned:
+            _warned.append(True)
+            log.warning("spans of children on this Ray worker are not recorded: %s", exc)
+        yield
+        return
     with restored(runtime, send, context):
         yield
 
