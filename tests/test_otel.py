@@ -391,3 +391,35 @@ def test_a_worker_without_the_extra_runs_its_child_untraced_and_says_so_once(
     assert [r.message for r in caplog.records].count(
         "spans of children on this Ray worker are not recorded: import of "
         "subsessions.otel.remote halted; None in sys.modules") == 1
+
+
+@pytest.mark.in_process("the exporter runs in the driver either way")
+async def test_a_collector_that_is_down_loses_the_spans_with_one_error_not_the_run(
+    home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Phoenix (or any collector) down: the batch processor's thread fails its export, logs
+    it once, and the engine never waits for it."""
+    import socket
+
+    http = pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                               reason="the OTLP exporter is not installed")
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    with socket.socket() as refusing:  # bound, never listening: connections are refused
+        refusing.bind(("127.0.0.1", 0))
+        port = refusing.getsockname()[1]
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(http.OTLPSpanExporter(
+            endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=1),
+            schedule_delay_millis=600_000))  # one batch: exported (and lost) at shutdown
+        script = Script()
+        try:
+            async with Engine(home, model_client=script.model,
+                              tracer_provider=provider) as engine:
+                session = await engine.create_session(SessionConfig())
+                for n in range(20):
+                    assert await session.send_and_wait(f"hi {n}") == f"answer to hi {n}"
+        finally:
+            provider.shutdown()  # the last export fails at once: refused
+    failures = [r for r in caplog.records if "Failed to export" in r.getMessage()]
+    assert len(failures) == 1
