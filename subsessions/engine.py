@@ -26,6 +26,7 @@ from subsessions.errors import (
 )
 from subsessions.ids import is_session_id
 from subsessions.models.base import ModelClient
+from subsessions.otel import engine_tracer
 from subsessions.profiles import (
     LoadedProfile,
     Profile,
@@ -48,6 +49,10 @@ class Engine:
 
     Every task the engine starts (top-level tasks and all children) is kept here
     and drained on close, so nothing outlives the engine.
+
+    `tracer_provider` (or OpenTelemetry's global one, if set) gets GenAI spans of every
+    task, model call and tool call (DESIGN 3.12); prompts and outputs only with
+    `capture_content=True` (None: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`).
     """
 
     def __init__(
@@ -63,6 +68,8 @@ class Engine:
         mcp_source: str = "config.toml",
         backend: Backend | None = None,
         pace_collector: bool = True,
+        tracer_provider: Any = None,
+        capture_content: bool | None = None,
     ) -> None:
         home_path = Path(home) if home is not None else default_home()
         if "\0" in str(home_path):
@@ -85,6 +92,7 @@ class Engine:
             registered=self._sessions.__contains__,
             backend=backend,
             pace_collector=pace_collector,
+            tracer=engine_tracer(tracer_provider, capture_content),  # (the [otel] extra)
         )
         self._mcp_sources: list[Any] = []  # McpServers, started lazily, stopped at close
         if mcp_servers:

@@ -12,7 +12,7 @@ import enum
 import itertools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from attrs import define, field
 
@@ -22,6 +22,9 @@ from subsessions.errors import EngineClosed, StillRunning
 from subsessions.models.base import ModelClient
 from subsessions.profiles import LoadedProfile
 from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter
+
+if TYPE_CHECKING:  # the [otel] extra: imported only when an engine traces
+    from subsessions.otel.tracing import Tracer
 
 T = TypeVar("T")
 _pace_tokens = itertools.count()
@@ -57,6 +60,7 @@ class Runtime:
     registered: Callable[[str], bool] = lambda _: True
     backend: Backend | None = None  # None: every task runs in this process
     pace_collector: bool = True  # see collector.py
+    tracer: Tracer | None = None  # OpenTelemetry spans (subsessions/otel); None: none made
     writer: RolloutWriter = field(factory=RolloutWriter)
     # Recorders with lines not yet handed to the writer; flushed every FLUSH_SECONDS, so
     # a running session's transcript trails it by at most that (`rollouts tail`).

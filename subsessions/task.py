@@ -118,6 +118,8 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
     answer: str | None = None
     cancelled = False
     since = len(host.history)
+    tracer = host.runtime.tracer
+    traced = None if tracer is None else tracer.begin(host, prompt)  # its invoke_agent span
     host.task_begins()
     try:
         stop = host.stop
@@ -169,6 +171,8 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
             for event in ending:
                 record.event(event)
             host.task_ended()
+            if traced is not None:
+                traced.end(host, ending[-1])
             announce_end(host, ending[-1])
     return answer
 
@@ -225,6 +229,7 @@ def _last_answer(host: TaskHost, since: int) -> str | None:
 
 async def _turns(host: TaskHost) -> str | None:
     client = host.runtime.model_client
+    tracer = host.runtime.tracer
     recorder = host.recorder
     # The head of the task goes to the writer before the first model call, so the file
     # exists while the session works; later lines follow with the runtime's periodic flush.
@@ -246,7 +251,9 @@ async def _turns(host: TaskHost) -> str | None:
             tool_choice=tool_choice,
         )
         host.turns += 1
-        response: ModelResponse = await host.tree.respond(host, client, request)
+        responding = host.tree.respond(host, client, request)
+        response: ModelResponse = await (responding if tracer is None
+                                         else tracer.chat(host, request, responding))
         answered = response.model or host.model
         if answered not in (host.model, host.answered_by):
             recorder.event(records.background(
@@ -335,7 +342,9 @@ async def call_tool(host: TaskHost, call: Item) -> Item:
         emit(host.events, "tool.execution_start", {"tool_call_id": call_id, "tool_name": name,
                                                    "arguments": call.get("arguments")})
     try:
-        output = await _dispatch(host, name, str(call.get("arguments", "")), call_id)
+        work = _dispatch(host, name, str(call.get("arguments", "")), call_id)
+        tracer = host.runtime.tracer
+        output = await (work if tracer is None else tracer.tool(host, call, work))
         success = True
     except Exception as exc:
         output, success = error_text(exc), False

@@ -96,8 +96,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # ARCHITECTURE.md's layers, bottom to top: a module imports only from its own layer or below.
 LAYERS: dict[int, tuple[str, ...]] = {
-    0: ("_version", "batch", "budget", "clock", "collector", "control", "errors", "handlers", "ids",
-        "items", "mcp",
+    0: ("_version", "batch", "budget", "clock", "collector", "control", "errors", "handlers",
+        "ids", "items", "mcp", "otel.wire",
         "rollouts.status", "rollouts.values", "safe_read", "tools.process",
         "tools.safe_commands", "urls", "usage"),
     1: ("children", "config", "environment", "events", "handlers.ask_user",
@@ -108,7 +108,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "control.paths", "control.rpc", "figures", "kit",
         "mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
         "models.factory", "models.openai_chat", "models.openai_common", "models.openai_errors",
-        "models.openai_responses", "models.scripted", "rollouts", "rollouts.files",
+        "models.openai_responses", "models.scripted", "otel", "otel.content", "otel.remote",
+        "otel.tracing", "rollouts", "rollouts.files",
         "rollouts.follow", "rollouts.index", "rollouts.listing", "rollouts.reader",
         "rollouts.recorder", "rollouts.records", "rollouts.render", "rollouts.summary", "tools",
         "tools.apply_patch", "tools.approval", "tools.beneath",

@@ -49,6 +49,7 @@ async def test_a_hanging_test_fails_with_a_traceback_and_the_run_goes_on(tmp_pat
     (tmp_path / "test_hangs.py").write_text(HANGS)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "timeout=1",
+        "-p", "no:phoenix",  # as the suite's addopts (not copied): Phoenix's plugin stays out
         cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await proc.communicate()
     report = out.decode()

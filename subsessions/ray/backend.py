@@ -329,6 +329,7 @@ def _spec(child: Session, prompt: str, first: bool) -> ChildSpec:
         spent=(child.meter.turns, child.meter.tokens),
         tree_budget=parent.root.budget,
         tree_spent=(parent.root.meter.turns, parent.root.meter.tokens),
+        trace=None if child.runtime.tracer is None else child.runtime.tracer.carrier(),
     )
 
 

@@ -13,9 +13,10 @@ from typing import Any
 from attrs import define, field
 
 from subsessions.errors import RemoteError
+from subsessions.otel.wire import SpanBatch
 from subsessions.ray.wire import Call, Cancel, Event, Request, Room, Spent
 
-Message = Request | Event | Cancel | Room | Call | Spent
+Message = Request | Event | Cancel | Room | Call | Spent | SpanBatch
 
 
 @define(eq=False)

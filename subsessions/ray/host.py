@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from attrs import define, evolve, field, fields
 
+from subsessions import otel
 from subsessions.clock import clock
 from subsessions.config import Hooks, Invocation
 from subsessions.dispatch import call_maybe_async
@@ -29,6 +30,7 @@ from subsessions.errors import (
 from subsessions.events import EventHub, SessionEvent, emit
 from subsessions.figures import Figures
 from subsessions.models.base import TokenUsage
+from subsessions.otel.wire import SpanBatch
 from subsessions.ray.channel import Message
 from subsessions.ray.wire import Call, Event, Request, Room, Spent
 from subsessions.runtime import Runtime
@@ -64,6 +66,8 @@ class Answerer:
             self._room(shard.index, message.root_id, message.delta)
         elif isinstance(message, Spent):
             self._end_tree(message.root_id, BudgetExhausted(message.kind, message.limit))
+        elif isinstance(message, SpanBatch):  # spans a shard finished: to our provider
+            otel.replay(self.runtime.tracer, message)
         elif isinstance(message, Request) and message.kind == "room":
             self._admit(shard, message)
         elif isinstance(message, Request) and message.kind == "turn":

@@ -28,6 +28,7 @@ from subsessions.handlers import parent_message
 from subsessions.meter import Meter, Stop
 from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
+from subsessions.otel import shard_trace
 from subsessions.profiles import LoadedProfile
 from subsessions.ray.channel import Channel, Message
 from subsessions.ray.ledger import DriverLedger
@@ -181,7 +182,9 @@ class Shard:
         child = self._child(spec, stand_in)
         if spec.cancel_first:
             child.request_stop()
-        task = runtime.spawn_task(child.run_task(spec.prompt), f"subsession-{spec.session_id}")
+        with shard_trace(runtime, self._channel.send, spec.trace):  # its task copies the span
+            task = runtime.spawn_task(child.run_task(spec.prompt),
+                                      f"subsession-{spec.session_id}")
         # before the first await: a `stop` or `send` the driver sent after this call finds it
         self._running[spec.session_id] = child
         runtime.dispatcher.child_started(stand_in, child, spec.call_id)  # for the allowlist

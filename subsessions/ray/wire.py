@@ -14,6 +14,7 @@ from attrs import frozen
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig
 from subsessions.models.base import NO_USAGE, TokenUsage
+from subsessions.otel.wire import TraceContext
 from subsessions.profiles import Profile
 from subsessions.tools import ToolContext
 
@@ -69,6 +70,7 @@ class ChildSpec:
     token_usage: TokenUsage = NO_USAGE  # its tasks' so far: tokens, and (turns, tool calls);
     counts: tuple[int, int] = (0, 0)
     spent: tuple[int, int] = (0, 0)  # and its meter's (turns, tokens)
+    trace: TraceContext | None = None  # the span that spawned it, when the driver traces
 
 
 @frozen
