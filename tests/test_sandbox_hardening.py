@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -215,6 +217,33 @@ def test_the_cgroups_of_a_killed_engine_are_removed_by_the_next(tmp_path: Path) 
     subprocess.run([sys.executable, "-c", program, str(tmp_path), "end"], timeout=60,
                    check=True)
     assert not [folder for folder in left if folder.exists()]
+
+
+def test_what_escaped_the_process_group_dies_with_its_commands_cgroup() -> None:
+    """A process of the command that left its process group (as bwrap's namespace init
+    does with --new-session) and missed --die-with-parent (bwrap killed before it set it)
+    is killed when the command's cgroup is given back."""
+    root = limits.pids_root()
+    if root is None:
+        pytest.skip("no writable pids cgroup here (not root, or none mounted)")
+    with limits.process_cgroup(64) as procs:
+        assert procs is not None  # a session of its own: no process group of ours holds it
+        orphan = subprocess.Popen(limits.limited(["sleep", "300"], procs),
+                                  start_new_session=True)
+        try:
+            for _ in range(1000):  # until it is in the cgroup (it enters, then execs)
+                if str(orphan.pid) in procs.read_text().split():
+                    break
+                time.sleep(0.005)
+            assert str(orphan.pid) in procs.read_text().split()
+        except BaseException:
+            orphan.kill()
+            raise
+    try:
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        orphan.kill()
+        orphan.wait()
 
 
 # -- no set-user-id files, no file capabilities (a root engine's files are root's) ----------

@@ -18,6 +18,7 @@ import functools
 import itertools
 import os
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,6 +95,7 @@ class _CgroupPool:
         return folder
 
     def give_back(self, folder: Path) -> None:
+        _kill_members(folder)
         self._free.append(folder)
 
     def remove_all(self) -> None:
@@ -110,6 +112,25 @@ class _CgroupPool:
             if left:
                 time.sleep(0.005)
         self._made, self._free = left, []
+
+
+def _kill_members(folder: Path) -> None:
+    """Whatever of a command is left in its cgroup dies with it. Killing bwrap's process group
+    misses its namespace init once that has called setsid (`--new-session`), and the init's
+    `--die-with-parent` is set after bwrap forks it: a bwrap killed in between leaves an
+    orphan that only the cgroup still holds (`cgroup.kill`, Linux 5.14; else each pid)."""
+    try:
+        (folder / "cgroup.kill").write_text("1")
+        return
+    except OSError:
+        pass
+    try:
+        pids = (folder / "cgroup.procs").read_text().split()
+    except OSError:
+        return
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
 
 
 def _members(folder: Path) -> bool:
@@ -134,7 +155,7 @@ def process_cgroup(max_processes: int) -> Iterator[Path | None]:
     try:
         yield folder / "cgroup.procs"
     finally:
-        _POOL.give_back(folder)  # its processes die with bwrap's pid namespace
+        _POOL.give_back(folder)  # what is left of the command is killed there
 
 
 def limited(argv: list[str], procs: Path | None) -> list[str]:
