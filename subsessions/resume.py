@@ -20,7 +20,8 @@ from attrs import evolve, frozen
 from subsessions.budget import parse_budget
 from subsessions.children import Cancelled, Done, Ending, Failed
 from subsessions.config import SessionConfig
-from subsessions.errors import RolloutError, SessionBusy, SubsessionError
+from subsessions.errors import RolloutError, SessionBusy, SubsessionError, echo
+from subsessions.ids import is_session_id
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile
 from subsessions.rollouts import Rollout, find_rollout, list_rollouts, read_rollout
@@ -167,16 +168,22 @@ def requeue(session: Session, rollout: Rollout) -> None:
     """Queue again what `queued_spawns` finds (started at once when there is room); a
     spawn that cannot be read or whose profile is gone is reported, not restarted."""
     problems: list[str] = []
+    known = {child.session_id for child in session.subsessions.children()}
     for spawn in queued_spawns(rollout):
+        child_id = spawn["session_id"]
+        if child_id in known:  # its rollout was made before the crash: it is known ended
+            continue
         try:
             prompt, session_type = spawn.get("prompt"), spawn.get("session_type")
+            if not is_session_id(child_id):  # never a path or a name of ours
+                raise ValueError("not a session id")
             if not isinstance(prompt, str) or not isinstance(session_type, str):
                 raise ValueError("no prompt or profile")
             session.subsessions.requeue(
-                str(spawn["session_id"]), session_type, prompt, str(spawn.get("call_id", "")),
+                child_id, session_type, prompt, str(spawn.get("call_id", "")),
                 parse_budget(spawn.get("budget"), "resume"))
         except (SubsessionError, ValueError) as exc:
-            problems.append(f"queued child {spawn['session_id']:.40} ({exc})")
+            problems.append(f"queued child {echo(child_id)} ({exc})")
     if problems:
         session.recorder.event({"type": "background_event", "message":
                                 "could not queue again: " + ", ".join(problems[:20])})

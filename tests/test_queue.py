@@ -35,6 +35,7 @@ from subsessions import (
     Session,
     SessionConfig,
 )
+from subsessions.rollouts import records
 
 QUEUE_FULL = ("sub-session queue full (max_children={n}, max_queued={m}); wait for or cancel "
               "a running session first")
@@ -209,3 +210,29 @@ async def test_run_parallel_beyond_the_limit_runs_every_step(
                                                  timeout=60)
     assert result.results == [f"answer to task {n}" for n in range(5)]
     assert not result.timed_out
+
+
+async def test_resume_restarts_no_path_and_no_child_it_knows(home: Path, script: Script) -> None:
+    """A queued line naming a path, or a child whose rollout exists (it started before the
+    crash), is never started again: nothing is written outside the home's tree."""
+    async with Engine(home, model_client=script.model) as engine:
+        root = await top(engine)
+        await root.send_and_wait("start")
+        done = await root.subsessions.spawn_child("worker", "done before")
+        await root.subsessions.wait_child(done, timeout=30)
+        for child_id in ("../../escape", done):
+            root.recorder.event({**records.background(f"queued child session {child_id}"),
+                                 "queued": {"session_type": "worker", "prompt": "again",
+                                            "call_id": "c", "budget": None}})
+        await root.recorder.flush_durable()
+    later = Script()
+    async with Engine(home, model_client=later.model) as engine:
+        root = await engine.resume_session(root.session_id,
+                                           SessionConfig(custom_agents=(WORKER,)))
+        assert [c.session_id for c in root.subsessions.children()] == [done]
+        assert root.subsessions.status(done) is ChildStatus.DONE
+        await root.recorder.flush_durable()
+    assert "again" not in later.seen
+    assert background(home, root.session_id)[-1] == (
+        "could not queue again: queued child ../../escape (not a session id)")
+    assert not [p for p in home.parent.rglob("*escape*")]
