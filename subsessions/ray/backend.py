@@ -3,9 +3,10 @@
 The parent keeps an ordinary child `Session` as the proxy of each remote child: its record,
 its rollout's head (written here, so the parent's line naming it never comes first), its
 events hub and its usage. Only its task runs elsewhere: `run_task` sends the child to the
-least-loaded live shard and waits; cancelling it is `ray.cancel` of that call. Requests the
-shard sends back (the root's handlers, hooks, deferred tools, the model when it cannot
-travel) run here, in the driver, by `host.py`. Ray is imported when the backend starts.
+least-loaded live shard, in one group with the others placed there meanwhile (`groups.py`),
+and waits for its ending; cancelling it sends a stop there. Requests the shard sends back
+(the root's handlers, hooks, deferred tools, the model when it cannot travel) run here, in
+the driver, by `host.py`. Ray is imported when the backend starts.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from attrs import define, evolve, field
 from subsessions import task
 from subsessions.children import CANCEL
 from subsessions.config import BUILTIN_TOOL_NAMES
-from subsessions.errors import BudgetExhausted, ConfigError, RemoteError, WorkerLost
+from subsessions.errors import BudgetExhausted, ConfigError, RemoteError
 from subsessions.figures import Figures
 from subsessions.profiles import Profile
 from subsessions.ray import host
-from subsessions.ray.placement import ShardRef, Shards, import_ray
+from subsessions.ray.groups import Ending, Launch, import_ray
+from subsessions.ray.placement import ShardRef, Shards
 from subsessions.ray.wire import ChildSpec, Outcome, RootSpec, ToolSpec
 from subsessions.runtime import Runtime
 from subsessions.session import Session
@@ -156,45 +158,45 @@ class RayBackend:
         return outcome.result
 
     async def _run_on(self, shard: ShardRef, spec: ChildSpec, child: Session) -> Outcome:
-        """Wait for the shard's outcome. A cancel of this task (or a budget stop) is sent to
-        the shard, where the first stop wins, and the outcome says how the child ended: one
-        that ended by itself first keeps that ending; a second cancel (close) is `ray.cancel`."""
-        ray = import_ray()
-        self._hosts[spec.session_id] = child
-        self._shard_of[spec.session_id] = shard.index  # where a follow-up goes
+        """Send the child with the shard's next group and wait for its outcome. A cancel of
+        this task (or a budget stop) is sent to the shard once the child is there; the first
+        stop wins there, and the outcome says how the child ended: one that ended by itself
+        first keeps that ending; a second cancel (close) stops waiting."""
+        session_id = spec.session_id
+        self._hosts[session_id] = child
+        self._shard_of[session_id] = shard.index  # where a follow-up goes
         shard.load += 1
+        launch = Launch.of(spec)
         try:
-            ref = shard.actor.run_child.remote(spec)  # (a spec that cannot be sent raises)
-            child.mailbox = partial(_send, shard, spec.session_id)
+            shard.launcher.add(launch)
+            child.mailbox = partial(_send, shard, launch)
             try:
-                outcome: Outcome = await ref
-                return outcome
+                ending = await asyncio.shield(launch.ending)
             except asyncio.CancelledError:
-                stop = child.budget_stop
-                shard.actor.stop.remote(spec.session_id, None if stop is None else (
-                    stop.kind, stop.limit))
-                try:
-                    outcome = await ref
-                except asyncio.CancelledError:
-                    ray.cancel(ref)  # reaches the child's coroutine; it writes its own ending
-                    raise
-                if outcome.state == "cancelled":
-                    raise
-                current = asyncio.current_task()
-                if current is not None:
-                    current.uncancel()  # it ended (or the budget ended it) before the cancel
-                return outcome
-        except ray.exceptions.TaskCancelledError:
-            raise asyncio.CancelledError from None
-        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
-                ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError) as exc:
-            reason = shard.lost(exc)
-            raise WorkerLost(reason) from None
-        except ray.exceptions.RayTaskError as exc:
-            raise RemoteError(str(exc.cause) if exc.cause else str(exc)) from None
+                ending = await self._stopped(shard, launch, child)
         finally:
             shard.load -= 1
-            self._hosts.pop(spec.session_id, None)
+            self._hosts.pop(session_id, None)
+        if isinstance(ending, Exception):
+            raise ending
+        return ending
+
+    @staticmethod
+    async def _stopped(shard: ShardRef, launch: Launch, child: Session) -> Ending:
+        """The child's task was cancelled here: the stop follows it to its shard (never
+        before it), and its ending says whether the cancel won."""
+        if await asyncio.shield(launch.reached):
+            stop = child.budget_stop
+            shard.actor.stop.remote(launch.spec.session_id, None if stop is None else (
+                stop.kind, stop.limit))
+        ending = await asyncio.shield(launch.ending)  # a second cancel (close) stops here
+        if isinstance(ending, Outcome) and ending.state == "cancelled":
+            raise asyncio.CancelledError
+        if isinstance(ending, Outcome):
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()  # it ended (or the budget ended it) before the cancel
+        return ending
 
     # -- starting and closing ---------------------------------------------------------------
     async def _started(self, runtime: Runtime) -> Shards:
@@ -279,10 +281,13 @@ class _ToLog:
             log.warning("ray (%s): %s", data.get("pid", "cluster"), str(line).rstrip())
 
 
-async def _send(shard: ShardRef, session_id: str, message: str) -> bool:
-    """send_message to a remote child's running task; False when it will not read it."""
+async def _send(shard: ShardRef, launch: Launch, message: str) -> bool:
+    """send_message to a remote child's running task (once its shard has it); False when
+    it will not read it."""
     try:
-        accepted: bool = await shard.actor.send.remote(session_id, message)
+        if not await asyncio.shield(launch.reached):
+            return False
+        accepted: bool = await shard.actor.send.remote(launch.spec.session_id, message)
     except asyncio.CancelledError:
         raise
     except Exception:  # the shard is gone: the child ends as lost, a follow-up runs here
@@ -320,6 +325,8 @@ def _spec(child: Session, prompt: str, first: bool) -> ChildSpec:
         ),
         relay_events=child.heard,
         cancel_first=child.stop is CANCEL,
+        budget_first=None if child.budget_stop is None else (child.budget_stop.kind,
+                                                             child.budget_stop.limit),
         budget=child.budget,
         inbox=tuple(child.inbox),
         elapsed=child.meter.elapsed(),

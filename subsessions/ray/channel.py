@@ -1,7 +1,7 @@
 """A shard's channel to the driver: requests it answers, events and counts it is told.
 
-The driver pulls the outbox (one long call per shard); what it has handled comes back with
-each pull, so a child's ending waits until what the child sent before it was seen.
+The driver pulls the outbox (one long call per shard) and handles its messages in order, so
+a child's ending (`Ended`) is seen after everything the child sent before it.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from attrs import define, field
 
 from subsessions.errors import RemoteError
 from subsessions.otel.wire import SpanBatch
-from subsessions.ray.wire import Call, Cancel, Event, Request, Room, Spent
+from subsessions.ray.wire import Call, Cancel, Ended, Event, Request, Room, Spent
 
-Message = Request | Event | Cancel | Room | Call | Spent | SpanBatch
+Message = Request | Event | Cancel | Room | Call | Spent | Ended | SpanBatch
 
 
 @define(eq=False)
@@ -26,24 +26,9 @@ class Channel:
     outbox: asyncio.Queue[Message] = field(factory=asyncio.Queue)
     _waiting: dict[int, asyncio.Future[tuple[bool, Any]]] = field(factory=dict)
     _ids: itertools.count[int] = field(factory=lambda: itertools.count(1))
-    sent: int = 0  # messages put in the outbox
-    _handled: int = 0  # of them, how many the driver has handled (it says so when it pulls)
-    _caught_up: asyncio.Event = field(factory=asyncio.Event)
 
     def send(self, message: Message) -> None:
-        self.sent += 1
         self.outbox.put_nowait(message)
-
-    def handled(self, count: int) -> None:
-        self._handled = max(self._handled, count)
-        self._caught_up.set()
-
-    async def delivered(self, count: int) -> None:
-        """Until the driver has handled the first `count` messages: what a child sent
-        before its ending (a cancel of a handler, an event) is seen before the ending."""
-        while self._handled < count:
-            self._caught_up.clear()
-            await self._caught_up.wait()
 
     async def ask(self, root_id: str, kind: str, name: str, *args: Any,
                   child_id: str = "") -> Any:

@@ -32,7 +32,7 @@ from subsessions.figures import Figures
 from subsessions.models.base import TokenUsage
 from subsessions.otel.wire import SpanBatch
 from subsessions.ray.channel import Message
-from subsessions.ray.wire import Call, Event, Request, Room, Spent
+from subsessions.ray.wire import Call, Cancel, Event, Request, Room, Spent
 from subsessions.runtime import Runtime
 from subsessions.session import Session
 from subsessions.usage import Usage
@@ -78,7 +78,7 @@ class Answerer:
                 self._answer(shard, message), name=f"subsessions-ray-{message.kind}")
             self._calls[key] = call
             call.add_done_callback(lambda _: self._calls.pop(key, None))
-        else:
+        elif isinstance(message, Cancel):
             pending = self._calls.get((shard.index, message.request_id))
             if pending is not None:
                 pending.cancel()

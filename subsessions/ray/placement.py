@@ -1,8 +1,9 @@
 """The shards: started, placed on (least-loaded live shard first), listened to, lost, closed.
 
 Each live shard has one pump in the driver: a long `pull` that brings back the shard's
-messages (host requests, events) for the `Answerer`. A shard whose actor or node dies is
-marked lost once, with the reason its children fail with; new children go to live ones.
+messages (host requests, events for the `Answerer`; children's endings for its `Launcher`).
+A shard whose actor or node dies is marked lost once, with the reason its children fail
+with (every child sent there or on its way); new children go to live ones.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Any
 from attrs import define, field
 
 from subsessions.errors import WorkerLost
+from subsessions.ray.groups import Launcher, import_ray
 from subsessions.ray.host import Answerer
 from subsessions.ray.shard import Shard
+from subsessions.ray.wire import Ended
 from subsessions.runtime import Runtime
 
 log = logging.getLogger("subsessions")
@@ -27,6 +30,7 @@ MAX_CONCURRENCY = 100_000  # children and requests in flight on one shard
 class ShardRef:
     index: int
     actor: Any
+    launcher: Launcher  # children on their way there, and running there
     node_id: str = ""
     pid: int = 0
     load: int = 0  # children running there
@@ -87,14 +91,17 @@ class Shards:
         actor: Any = actor_class.options(**options).remote(
             str(runtime.home), runtime.cwd, runtime.model, runtime.model_provider,
             dict(runtime.profiles), self.model_source)
-        shard = ShardRef(len(self.shards), actor)
+        index = len(self.shards)
+        launcher = Launcher(actor, lambda exc: self.lose(shard, exc))
+        shard = ShardRef(index, actor, launcher)
         self.shards.append(shard)
+        launcher.start(f"subsessions-ray-groups-{index}")  # children may be placed there now
         try:
             shard.node_id, shard.pid = await actor.ready.remote()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # it could not start (its node died meanwhile)
-            shard.lost(exc)
+            self.lose(shard, exc)
             return shard
         shard.pump = asyncio.get_running_loop().create_task(
             self._pump(shard), name=f"subsessions-ray-pump-{shard.index}")
@@ -118,19 +125,26 @@ class Shards:
             raise WorkerLost("no live shard is left")
         return best
 
+    def lose(self, shard: ShardRef, exc: BaseException) -> str:
+        """The shard is gone: marked lost once, each of its children ends as lost."""
+        reason = shard.lost(exc)
+        shard.launcher.fail_all(reason)
+        return reason
+
     async def _pump(self, shard: ShardRef) -> None:
         """Bring the shard's messages to the answerer until the shard goes."""
-        handled = 0
+        receive, ended = self.answerer.receive, shard.launcher.ended
         try:
             while True:
-                batch = await shard.actor.pull.remote(handled)
-                for message in batch:
-                    self.answerer.receive(shard, message)
-                handled += len(batch)
+                for message in await shard.actor.pull.remote():
+                    if type(message) is Ended:
+                        ended(message)
+                    else:
+                        receive(shard, message)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the actor or its node died (or was killed at close)
-            shard.lost(exc)
+            self.lose(shard, exc)
         finally:
             self.answerer.forget(shard)
 
@@ -146,6 +160,8 @@ class Shards:
                 pump.cancel()
             if pumps:
                 await asyncio.wait(pumps)
+            for shard in self.shards:
+                await shard.launcher.aclose()
             await self.answerer.aclose()
             for shard in self.shards:
                 with contextlib.suppress(Exception):
@@ -164,8 +180,3 @@ class Shards:
             if not future.cancelled():
                 future.exception()  # retrieved: a shard that died meanwhile is fine
 
-
-def import_ray() -> Any:
-    import ray
-
-    return ray

@@ -21,7 +21,7 @@ from subsessions.budget import Budget
 from subsessions.children import Cancelled, Done, Failed, ending_of
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.dispatch import Dispatcher
-from subsessions.errors import BudgetExhausted, RolloutError
+from subsessions.errors import BudgetExhausted, RolloutError, error_text
 from subsessions.events import SessionEvent
 from subsessions.figures import Figures
 from subsessions.handlers import parent_message
@@ -32,7 +32,7 @@ from subsessions.otel import shard_trace
 from subsessions.profiles import LoadedProfile
 from subsessions.ray.channel import Channel, Message
 from subsessions.ray.ledger import DriverLedger
-from subsessions.ray.wire import ChildSpec, Event, Outcome, RootSpec, Spent, ToolSpec
+from subsessions.ray.wire import ChildSpec, Ended, Event, Outcome, RootSpec, Spent, ToolSpec
 from subsessions.rollouts.reader import read_rollout
 from subsessions.runtime import Runtime
 from subsessions.session import Session
@@ -131,7 +131,8 @@ class ShardChild(Session):
 
 
 class Shard:
-    """The actor's body: built in the worker from plain values, children run by `run_child`."""
+    """The actor's body: built in the worker from plain values, children started in groups
+    by `run_children`."""
 
     def __init__(self, home: str, cwd: str, model: str, model_provider: str,
                  profiles: Mapping[str, LoadedProfile], model_source: tuple[str, Any]) -> None:
@@ -149,6 +150,7 @@ class Shard:
                                 dispatcher=Dispatcher())
         self._roots: dict[str, tuple[Session, int]] = {}  # stand-ins, with their children
         self._running: dict[str, ShardChild] = {}  # children sent here, by id
+        self._groups = self._received = 0  # calls of `run_children`, and children in them
 
     async def ready(self) -> tuple[str, int]:
         """Where this shard runs: (node id, pid)."""
@@ -156,10 +158,8 @@ class Shard:
 
         return ray.get_runtime_context().get_node_id(), os.getpid()
 
-    async def pull(self, handled: int) -> list[Message]:
-        """The next messages for the driver (which has handled `handled` of them so far):
-        waits for one, returns all that are queued."""
-        self._channel.handled(handled)
+    async def pull(self) -> list[Message]:
+        """The next messages for the driver: waits for one, returns all that are queued."""
         outbox = self._channel.outbox
         batch = [await outbox.get()]
         while not outbox.empty():
@@ -172,22 +172,46 @@ class Shard:
     async def children(self) -> int:
         return self._runtime.task_count
 
-    async def run_child(self, spec: ChildSpec) -> Outcome:
-        """Run one child's task to its ending, written to its rollout. `stop` is its cancel
-        (or budget stop) and its outcome says which ending won; a `ray.cancel` of this call
-        is a cancel too (its own children first, as in process)."""
+    async def groups(self) -> tuple[int, int]:
+        """(groups, children) received so far: a burst of spawns arrives in few calls."""
+        return self._groups, self._received
+
+    async def run_children(self, specs: list[ChildSpec]) -> None:
+        """Start each child of a group; it returns once every one is known here (a `stop`
+        or `send` the driver sends after it finds them). Each ending, once in its rollout,
+        goes back over the channel as `Ended`, after all the child sent before it."""
+        self._groups += 1
+        self._received += len(specs)
+        self._runtime.start_flusher()
+        for spec in specs:
+            try:
+                self._start(spec)
+            except Exception as exc:  # it could not start here: the driver says why
+                self._channel.send(Ended(spec.session_id, None, error_text(exc)))
+
+    def _start(self, spec: ChildSpec) -> None:
         runtime = self._runtime
-        runtime.start_flusher()
         stand_in = self._stand_in(spec.root, spec.relay_events, spec.tree_budget)
-        child = self._child(spec, stand_in)
-        if spec.cancel_first:
-            child.request_stop()
-        with shard_trace(runtime, self._channel.send, spec.trace):  # its task copies the span
-            task = runtime.spawn_task(child.run_task(spec.prompt),
-                                      f"subsession-{spec.session_id}")
-        # before the first await: a `stop` or `send` the driver sent after this call finds it
+        try:
+            child = self._child(spec, stand_in)
+            if spec.cancel_first:
+                child.request_stop()
+            elif spec.budget_first is not None:
+                child.request_stop(BudgetExhausted(*spec.budget_first))
+            with shard_trace(runtime, self._channel.send, spec.trace):  # its task copies it
+                task = runtime.spawn_task(child.run_task(spec.prompt),
+                                          f"subsession-{spec.session_id}")
+        except BaseException:
+            self._release(spec.root.session_id)
+            raise
         self._running[spec.session_id] = child
         runtime.dispatcher.child_started(stand_in, child, spec.call_id)  # for the allowlist
+        runtime.spawn_task(self._report(spec, child, task), f"subsession-ended-{spec.session_id}")
+
+    async def _report(self, spec: ChildSpec, child: ShardChild,
+                      task: asyncio.Task[str | None]) -> None:
+        """Wait for the child's task and send its ending (a cancel of this, at close, is
+        the child's cancel: its own children first, as in process)."""
         try:
             await asyncio.wait((task,))
         except asyncio.CancelledError:
@@ -197,7 +221,7 @@ class Shard:
             raise
         finally:
             self._running.pop(spec.session_id, None)
-        return await self._finish(spec, child, task)
+        await self._finish(spec, child, task)
 
     async def stop(self, session_id: str, budget: tuple[str, float] | None) -> None:
         """Cancel a running child (with `budget`: a budget stop); nothing if it has ended."""
@@ -211,7 +235,16 @@ class Shard:
         return child is not None and child.take(message)
 
     async def _finish(self, spec: ChildSpec, child: Session,
-                      task: asyncio.Task[str | None]) -> Outcome:
+                      task: asyncio.Task[str | None]) -> None:
+        try:
+            outcome = await self._outcome(spec, child, task)
+        except Exception as exc:  # never leave the driver waiting for it
+            self._channel.send(Ended(spec.session_id, None, error_text(exc)))
+            return
+        self._channel.send(Ended(spec.session_id, outcome))
+
+    async def _outcome(self, spec: ChildSpec, child: Session,
+                       task: asyncio.Task[str | None]) -> Outcome:
         unwritten: RolloutError | None = None
         try:
             await child.recorder.flush_durable()
@@ -220,7 +253,6 @@ class Shard:
         ending = ending_of(task, unwritten)
         raised = None if task.cancelled() else task.exception()
         stop = (raised.kind, raised.limit) if isinstance(raised, BudgetExhausted) else None
-        await self._channel.delivered(self._channel.sent)
         child.close_events()
         self._release(spec.root.session_id)
         usage = child.usage()

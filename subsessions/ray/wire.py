@@ -61,6 +61,7 @@ class ChildSpec:
     root: RootSpec
     relay_events: bool  # someone listens in the driver: send the child's events there
     cancel_first: bool  # cancelled before it was sent: end at its first step
+    budget_first: tuple[str, float] | None = None  # stopped by a budget before it was sent
     budget: Budget | None = None  # its limits as clamped at spawn
     tree_budget: Budget | None = None  # its tree's limits (None: none)...
     tree_spent: tuple[int, int] = (0, 0)  # ...and what the tree had spent: (turns, tokens)
@@ -130,6 +131,16 @@ class Cancel:
     """The shard no longer needs an answer (the calling child was cancelled)."""
 
     request_id: int
+
+
+@frozen
+class Ended:
+    """A remote child's task has ended (its ending is in its rollout): how, or why it
+    could not start on the shard (`error`)."""
+
+    session_id: str
+    outcome: Outcome | None
+    error: str | None = None
 
 
 @frozen
