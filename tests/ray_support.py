@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
+
+import pytest
+from scripting import Script, first_prompt
+
+from subsessions import Engine, RayBackend
 
 LOOPBACK = "127.0.0.1"
 SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -41,3 +48,17 @@ def add_worker(cluster: Any, resources: dict[str, float] | None = None) -> Any:
     """A worker node (1 CPU) with `resources` (by default the `shard` one)."""
     return cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK,
                             resources=resources or {"shard": 1})
+
+
+@pytest.fixture
+def script() -> Script:
+    return Script(route=first_prompt)
+
+
+@pytest.fixture
+async def engine(home: Path, script: Script, ray_cluster: Any) -> AsyncIterator[Engine]:
+    """An engine whose top-level sessions' children run on two shards (the model stays in
+    the driver, where the script answers)."""
+    backend = RayBackend(shards=2, model_on_driver=True, actor_options=SHARD_OPTIONS)
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
+        yield engine

@@ -12,12 +12,12 @@ import contextlib
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_openai import fake_openai
+from ray_support import engine, script
 from scripting import (
     WORKER,
     Script,
@@ -46,23 +46,10 @@ from subsessions import (
 from subsessions.rollouts.reader import find_rollout, read_rollout
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")
-__all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
+
+__all__ = ["engine", "fake_openai", "script"]  # the fixtures, imported so pytest finds them
 
 ONE_TOOL = {"type": "object", "properties": {}, "additionalProperties": False}
-
-
-@pytest.fixture
-def script() -> Script:
-    return Script(route=first_prompt)
-
-
-@pytest.fixture
-async def engine(home: Path, script: Script, ray_cluster: Any) -> AsyncIterator[Engine]:
-    from ray_support import SHARD_OPTIONS
-
-    backend = RayBackend(shards=2, model_on_driver=True, actor_options=SHARD_OPTIONS)
-    async with Engine(home, model_client=script.model, backend=backend) as engine:
-        yield engine
 
 
 def _backend(engine: Engine) -> RayBackend:

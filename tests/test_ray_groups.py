@@ -15,7 +15,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from scripting import WORKER, Script, first_prompt, rollout_of, terminals
+from ray_support import engine, script
+from scripting import WORKER, Script, rollout_of, terminals
 
 from subsessions import ChildFailed, ChildStatus, Engine, RayBackend, SessionConfig
 from subsessions.errors import WorkerLost
@@ -24,6 +25,8 @@ from subsessions.ray.groups import Launch, Launcher
 from subsessions.ray.wire import Ended, Outcome
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")
+
+__all__ = ["engine", "script"]
 
 
 class FakeActor:
@@ -131,19 +134,14 @@ async def test_a_child_that_cannot_be_sent_fails_alone_and_its_group_goes_on(
     assert [await g.reached for g in group] == [True, False, True]
 
 
-# -- on the cluster --------------------------------------------------------------------------
-@pytest.fixture
-def script() -> Script:
-    return Script(route=first_prompt)
-
-
-@pytest.fixture
-async def engine(home: Path, script: Script, ray_cluster: Any) -> AsyncIterator[Engine]:
-    from ray_support import SHARD_OPTIONS
-
-    backend = RayBackend(shards=2, model_on_driver=True, actor_options=SHARD_OPTIONS)
-    async with Engine(home, model_client=script.model, backend=backend) as engine:
-        yield engine
+# -- on the cluster (two shards: ray_support's `engine`) ----------------------------------
+async def _spawn_held(engine: Engine, script: Script, prompts: list[str]) -> tuple[Any, list[str]]:
+    """A parent and its children spawned in one go, each held in its model call."""
+    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+    script.hold(*prompts)
+    ids = await asyncio.gather(*(parent.subsessions.spawn_child("worker", p) for p in prompts))
+    await script.started(*prompts)
+    return parent.subsessions, list(ids)
 
 
 async def _groups(engine: Engine) -> list[tuple[int, int]]:
@@ -188,12 +186,8 @@ async def test_a_batch_on_ray_reaches_its_shards_in_fewer_calls_than_items(
 async def test_cancelling_one_child_of_a_group_leaves_its_siblings_to_finish(
     engine: Engine, script: Script
 ) -> None:
-    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
-    manager = parent.subsessions
     prompts = [f"held {n}" for n in range(6)]
-    script.hold(*prompts)
-    ids = await asyncio.gather(*(manager.spawn_child("worker", p) for p in prompts))
-    await script.started(*prompts)
+    manager, ids = await _spawn_held(engine, script, prompts)
     assert sum(g[0] for g in await _groups(engine)) < 6  # they travelled together
     assert await asyncio.wait_for(manager.cancel_child(ids[2]), 30) is True
     assert manager.status(ids[2]) is ChildStatus.CANCELLED
@@ -213,12 +207,8 @@ async def test_a_shard_lost_mid_group_fails_every_child_of_the_group(
 ) -> None:
     import ray
 
-    parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
-    manager = parent.subsessions
     prompts = [f"doomed {n}" for n in range(6)]
-    script.hold(*prompts)
-    ids = await asyncio.gather(*(manager.spawn_child("worker", p) for p in prompts))
-    await script.started(*prompts)
+    manager, ids = await _spawn_held(engine, script, prompts)
     backend = engine.runtime.backend
     assert isinstance(backend, RayBackend) and backend.pool is not None
     shard = backend.pool.shards[0]
