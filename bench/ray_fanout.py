@@ -7,7 +7,8 @@ waits for every result. Baseline: the same N children in process, in the same ru
 Rounds alternate baseline and subject (A B A B), each in a fresh directory, after a warm-up;
 figures are per child (min / median / max) and the median ratio. Then one more Ray round
 with a turn limit on the tree (each model call on a shard is granted its turn by the driver
-first), against the Ray rounds without it. Then cancel latency for
+first), against the Ray rounds without it. Then a batch (`run_batch` over N CSV items at
+max_concurrency 256) in process and on Ray. Then cancel latency for
 remote children held in their model call: p50 / p99 of `cancel_child` (the call returns once
 the child's ending is in its rollout), against the same in process.
 
@@ -46,6 +47,8 @@ from subsessions.models.base import ModelRequest
 from subsessions.profiles import load_profiles
 
 PROMPT = "Compute 2 + 2 and answer in one line."
+BATCH_CONCURRENCY = 256
+Timed = tuple[float, float]  # (wall seconds, driver CPU seconds) over the span
 PROFILES = load_profiles(None)
 LOOPBACK = "127.0.0.1"
 
@@ -76,11 +79,9 @@ def backend(shards: int) -> RayBackend:
     return RayBackend(shards=shards, actor_options={"num_cpus": 0, "resources": {"shard": 0.01}})
 
 
-async def fan_out(home: Path, n: int, ray_shards: int | None,
-                  turns: bool = False) -> tuple[float, float]:
-    """Seconds from the first spawn to the last result (the backend already started), and
-    the driver process's own CPU seconds over that span (every thread of it: Ray's too);
-    with `turns`, the tree has a turn limit (never reached) that each model call asks for."""
+async def fan_out(home: Path, n: int, ray_shards: int | None, turns: bool = False) -> Timed:
+    """From the first spawn to the last result (the backend already started); with `turns`,
+    the tree has a turn limit (never reached) that each model call asks for."""
     chosen = backend(ray_shards) if ray_shards else None
     budget = Budget(max_turns=10 * n + 100) if turns else None
     async with Engine(home, model_client=ScriptedModel(answer), profiles=PROFILES,
@@ -88,12 +89,57 @@ async def fan_out(home: Path, n: int, ray_shards: int | None,
         parent = await engine.create_session(SessionConfig(max_children=n + 10, budget=budget))
         warm = [await parent.subsessions.spawn_child("default", PROMPT) for _ in range(4)]
         await parent.subsessions.wait_all(warm)  # shards started and warm
+        before = await _groups(chosen)
         start, cpu = time.perf_counter(), time.process_time()
         ids = [await parent.subsessions.spawn_child("default", PROMPT) for _ in range(n)]
         done = await parent.subsessions.wait_all(ids)
-        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        timed = time.perf_counter() - start, time.process_time() - cpu
         assert not done.timed_out and all(c.result == "Answer: 4" for c in done.children.values())
-    return elapsed, cpu
+        _say_groups(before, await _groups(chosen))
+    return timed
+
+
+async def batch(home: Path, n: int, ray_shards: int | None) -> Timed:
+    """`run_batch` over n CSV items (written before timing) at BATCH_CONCURRENCY."""
+    chosen = backend(ray_shards) if ray_shards else None
+    write_input(home, n)
+    async with Engine(home, model_client=ScriptedModel(answer), profiles=PROFILES,
+                      backend=chosen) as engine:
+        parent = await engine.create_session(SessionConfig(
+            max_children=BATCH_CONCURRENCY + 10, cwd=str(home)))
+        await parent.subsessions.wait_child(await parent.subsessions.spawn_child(
+            "default", PROMPT))  # shards started and warm
+        before = await _groups(chosen)
+        start, cpu = time.perf_counter(), time.process_time()
+        result = await parent.subsessions.run_batch(
+            "default", "in.csv", "Compute {a} + {b} and answer in one line.", "out.jsonl",
+            max_concurrency=BATCH_CONCURRENCY)
+        timed = time.perf_counter() - start, time.process_time() - cpu
+        assert (result.completed, result.failed) == (n, 0)
+        _say_groups(before, await _groups(chosen))
+    return timed
+
+
+def write_input(home: Path, n: int) -> None:
+    home.mkdir(parents=True)
+    with open(home / "in.csv", "w") as file:
+        file.write("a,b\n" + "".join(f"{i},{i + 2}\n" for i in range(n)))
+
+
+async def _groups(chosen: RayBackend | None) -> list[tuple[int, int]]:
+    pool = None if chosen is None else chosen.pool
+    if pool is None:
+        return []
+    return [await s.actor.groups.remote() for s in pool.live]
+
+
+def _say_groups(before: list[tuple[int, int]], after: list[tuple[int, int]]) -> None:
+    if not after:
+        return
+    calls = sum(a[0] for a in after) - sum(b[0] for b in before)
+    children = sum(a[1] for a in after) - sum(b[1] for b in before)
+    print(f"  ({children} children in {calls} actor calls: {children / max(calls, 1):.1f} "
+          "per call)", flush=True)
 
 
 async def cancel_latency(home: Path, k: int, ray_shards: int | None) -> list[float]:
@@ -156,9 +202,16 @@ async def main(args: argparse.Namespace) -> None:
     target = "met" if statistics.median(driver_cpu) <= 500 else "NOT met"
     print(f"driver CPU per remote child (median): {statistics.median(driver_cpu) / 1000:.3f} ms "
           f"(target <= 0.5 ms: {target})")
-    granted = (await fan_out(run / "ray-turns", args.n, 2, turns=True))[0] / args.n * 1e6
-    print(f"ray with a turn limit on the tree: {granted:.1f} us/child; ratio against ray "
-          f"without one: {granted / statistics.median(remote):.2f}x")
+    granted, granted_cpu = (x / args.n * 1e6 for x in await fan_out(
+        run / "ray-turns", args.n, 2, turns=True))
+    print(f"ray with a turn limit on the tree: {granted:.1f} us/child (driver CPU "
+          f"{granted_cpu:.1f}); ratio against ray without one: "
+          f"{granted / statistics.median(remote):.2f}x")
+    for name, shards in (("in process", None), ("ray (2 nodes)", 2)):
+        wall, cpu = (x / args.n * 1e6 for x in await batch(
+            run / f"batch-{shards}", args.n, shards))
+        print(f"batch of {args.n} at concurrency {BATCH_CONCURRENCY}, {name:<14}: "
+              f"{wall:7.1f} us/item, driver CPU {cpu:7.1f} us/item", flush=True)
     local_c = await cancel_latency(run / "cancel-local", args.cancels, None)
     remote_c = await cancel_latency(run / "cancel-ray", args.cancels, 2)
     for name, values in (("in process", local_c), ("ray (2 nodes)", remote_c)):
