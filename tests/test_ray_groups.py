@@ -134,6 +134,42 @@ async def test_a_child_that_cannot_be_sent_fails_alone_and_its_group_goes_on(
     assert [await g.reached for g in group] == [True, False, True]
 
 
+async def test_a_stop_or_a_message_never_overtakes_its_child_on_the_way_to_its_shard() -> None:
+    """Both wait until the child's group has reached the shard: sent before it, they would
+    find no child there (and be lost)."""
+    from subsessions.ray.backend import _send
+
+    told: list[tuple[str, ...]] = []
+
+    async def send(session_id: str, message: str) -> bool:
+        told.append(("send", session_id, message))
+        return True
+
+    actor = SimpleNamespace(stop=SimpleNamespace(remote=lambda *a: told.append(("stop", *a))),
+                            send=SimpleNamespace(remote=send))
+    shard: Any = SimpleNamespace(actor=actor)
+    child: Any = SimpleNamespace(budget_stop=None)
+    launch = _launch("c")
+    loop = asyncio.get_running_loop()
+    message = loop.create_task(_send(shard, launch, "hello"))
+    stopping = loop.create_task(RayBackend._stopped(shard, launch, child))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert told == []
+    launch.reached.set_result(True)
+    assert await message is True
+    await asyncio.wait_for(_until(lambda: len(told) == 2), 5)
+    assert sorted(told) == [("send", "c", "hello"), ("stop", "c", None)]
+    launch.end(Outcome("cancelled", None, None, NO_USAGE, 0, 0, None))
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    lost = _launch("l")  # it never reached its shard: nothing is sent, it ends as lost
+    lost.end(WorkerLost("shard 1 on node x"))
+    assert await _send(shard, lost, "late") is False
+    assert isinstance(await RayBackend._stopped(shard, lost, child), WorkerLost)
+    assert len(told) == 2
+
+
 # -- on the cluster (two shards: ray_support's `engine`) ----------------------------------
 async def _spawn_held(engine: Engine, script: Script, prompts: list[str]) -> tuple[Any, list[str]]:
     """A parent and its children spawned in one go, each held in its model call."""
