@@ -629,8 +629,8 @@ async def test_a_spawn_failing_on_a_shard_gives_back_what_the_driver_admitted(
         config = SessionConfig(custom_agents=(WORKER,), max_children=2)
         root = await engine.create_session(config)
         channel = Channel()
-        shard = SimpleNamespace(index=0, actor=SimpleNamespace(
-            answer=SimpleNamespace(remote=channel.answer)))
+        shard = SimpleNamespace(index=0, replies=SimpleNamespace(
+            put=lambda request_id, ok, value, what="": channel.answer(request_id, ok, value)))
         answerer = Answerer(engine.runtime, {})
 
         async def pump() -> None:

@@ -170,6 +170,38 @@ async def test_a_stop_or_a_message_never_overtakes_its_child_on_the_way_to_its_s
     assert len(told) == 2
 
 
+async def test_answers_given_in_one_turn_go_to_their_shard_in_one_call() -> None:
+    """A turn grant or an admission per model call or spawn: one call per loop turn, not
+    one per answer; a value that cannot be sent fails its own request only."""
+    import pickle
+
+    from subsessions.ray.replies import Replies
+
+    calls: list[Any] = []
+
+    def answers(batch: list[Any]) -> None:
+        pickle.dumps(batch)  # as Ray would, before anything is sent
+        calls.append(batch)
+
+    def answer(*one: Any) -> None:
+        pickle.dumps(one)
+        calls.append(one)
+
+    replies = Replies(SimpleNamespace(answers=SimpleNamespace(remote=answers),
+                                      answer=SimpleNamespace(remote=answer)))
+    for n in range(5):
+        replies.put(n, True, n)
+    await asyncio.sleep(0)
+    assert calls == [[(n, True, n) for n in range(5)]]
+    calls.clear()
+    replies.put(7, True, "fine")
+    replies.put(8, True, lambda: None, "tool odd")  # cannot be pickled
+    await asyncio.sleep(0)
+    assert calls[0] == (7, True, "fine")
+    assert calls[1][:2] == (8, False) and calls[1][2].startswith(
+        "tool odd answered with a value that cannot be sent: ")
+
+
 # -- on the cluster (two shards: ray_support's `engine`) ----------------------------------
 async def _spawn_held(engine: Engine, script: Script, prompts: list[str]) -> tuple[Any, list[str]]:
     """A parent and its children spawned in one go, each held in its model call."""

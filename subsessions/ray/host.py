@@ -32,6 +32,7 @@ from subsessions.figures import Figures
 from subsessions.models.base import TokenUsage
 from subsessions.otel.wire import SpanBatch
 from subsessions.ray.channel import Message
+from subsessions.ray.replies import Replies
 from subsessions.ray.wire import Call, Cancel, Event, Request, Room, Spent
 from subsessions.runtime import Runtime
 from subsessions.session import Session
@@ -42,10 +43,10 @@ HOOK_NAMES = tuple(f.name for f in fields(Hooks))
 
 
 class Replier(Protocol):
-    """What the answerer needs of a shard: its actor (to answer) and an index."""
+    """What the answerer needs of a shard: where its answers go, and an index."""
 
     index: int
-    actor: Any
+    replies: Replies
 
 
 @define(eq=False)
@@ -100,10 +101,10 @@ class Answerer:
             root, _ = self.runtime.dispatcher.resolve_session(request.root_id)
             root.tree.check_running()
         except SubsessionError as exc:
-            shard.actor.answer.remote(request.request_id, False, error_text(exc))
+            shard.replies.put(request.request_id, False, error_text(exc))
             return
         self._room(shard.index, request.root_id, 1)
-        shard.actor.answer.remote(request.request_id, True, None)
+        shard.replies.put(request.request_id, True, None)
 
     def _grant(self, shard: Replier, request: Request) -> None:
         """A model call begins on a shard in a tree with a turn limit: the turn is counted
@@ -113,11 +114,11 @@ class Answerer:
         try:
             root, _ = self.runtime.dispatcher.resolve_session(request.root_id)
         except UnknownSession as exc:
-            shard.actor.answer.remote(request.request_id, False, error_text(exc))
+            shard.replies.put(request.request_id, False, error_text(exc))
             return
         meter = root.meter
         granted = meter.grant()
-        shard.actor.answer.remote(request.request_id, True, granted)
+        shard.replies.put(request.request_id, True, granted)
         limit = meter.limits.max_turns
         if granted is None and limit is not None:
             meter.stop(BudgetExhausted("turns", limit))
@@ -170,12 +171,7 @@ class Answerer:
             raise  # the shard gave up on it (its child was cancelled), or we are closing
         except Exception as exc:
             value, ok = error_text(exc), False
-        try:
-            shard.actor.answer.remote(request.request_id, ok, value)
-        except Exception as exc:  # e.g. a value that cannot be sent
-            shard.actor.answer.remote(request.request_id, False,
-                                      f"{request.kind} {request.name} answered with a value "
-                                      f"that cannot be sent: {error_text(exc)}")
+        shard.replies.put(request.request_id, ok, value, f"{request.kind} {request.name}")
 
     async def _serve(self, request: Request) -> Any:
         kind, args = request.kind, request.args

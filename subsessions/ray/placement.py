@@ -18,6 +18,7 @@ from attrs import define, field
 from subsessions.errors import WorkerLost
 from subsessions.ray.groups import Launcher, import_ray
 from subsessions.ray.host import Answerer
+from subsessions.ray.replies import Replies
 from subsessions.ray.shard import Shard
 from subsessions.ray.wire import Ended
 from subsessions.runtime import Runtime
@@ -31,6 +32,7 @@ class ShardRef:
     index: int
     actor: Any
     launcher: Launcher  # children on their way there, and running there
+    replies: Replies  # answers to its requests not yet sent
     node_id: str = ""
     pid: int = 0
     load: int = 0  # children running there
@@ -93,7 +95,7 @@ class Shards:
             dict(runtime.profiles), self.model_source)
         index = len(self.shards)
         launcher = Launcher(actor, lambda exc: self.lose(shard, exc))
-        shard = ShardRef(index, actor, launcher)
+        shard = ShardRef(index, actor, launcher, Replies(actor))
         self.shards.append(shard)
         launcher.start(f"subsessions-ray-groups-{index}")  # children may be placed there now
         try:

@@ -169,6 +169,11 @@ class Shard:
     async def answer(self, request_id: int, ok: bool, value: Any) -> None:
         self._channel.answer(request_id, ok, value)
 
+    async def answers(self, answers: list[tuple[int, bool, Any]]) -> None:
+        """The driver's answers given in one turn of its loop."""
+        for request_id, ok, value in answers:
+            self._channel.answer(request_id, ok, value)
+
     async def children(self) -> int:
         return self._runtime.task_count
 
