@@ -185,10 +185,10 @@ class RayBackend:
     async def _stopped(shard: ShardRef, launch: Launch, child: Session) -> Ending:
         """The child's task was cancelled here: the stop follows it to its shard (never
         before it), and its ending says whether the cancel won."""
-        if await asyncio.shield(launch.reached):
-            stop = child.budget_stop
-            shard.actor.stop.remote(launch.spec.session_id, None if stop is None else (
-                stop.kind, stop.limit))
+        budget = child.budget_stop
+        stop = partial(shard.actor.stop.remote, launch.spec.session_id,
+                       None if budget is None else (budget.kind, budget.limit))
+        launch.reached.add_done_callback(lambda reached: reached.result() and stop())
         ending = await asyncio.shield(launch.ending)  # a second cancel (close) stops here
         if isinstance(ending, Outcome) and ending.state == "cancelled":
             raise asyncio.CancelledError

@@ -79,6 +79,7 @@ class Launcher:
         """The shard is lost: each child sent or on its way ends as lost, once."""
         if self.lost_reason is None:
             self.lost_reason = reason
+        reason = self.lost_reason
         waiting = [*self._queue, *self._running.values()]
         self._queue.clear()
         self._running.clear()
@@ -120,19 +121,15 @@ class Launcher:
             running[launch.spec.session_id] = launch
         try:
             await ref
-        except ray.exceptions.RayTaskError as exc:  # not a loss: the call itself failed
-            text = str(exc.cause) if exc.cause else str(exc)
-            for launch in group:
-                running.pop(launch.spec.session_id, None)
-                launch.end(RemoteError(text))
-            return
         except lost_errors(ray) as exc:
             self.fail_all(self.lose(exc))
             return
-        except Exception as exc:  # whatever else: those children end with it, never hang
+        except Exception as exc:  # the call failed (not a loss): its children end so, never hang
+            error = (RemoteError(str(exc.cause or exc))
+                     if isinstance(exc, ray.exceptions.RayTaskError) else exc)
             for launch in group:
                 running.pop(launch.spec.session_id, None)
-                launch.end(exc)
+                launch.end(error)
             return
         for launch in group:
             if not launch.reached.done():
