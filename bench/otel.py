@@ -13,7 +13,10 @@ cannot be imported at all) against `present` (imported, no provider set); both r
 Figures are per child, min / median / max over rounds; the median ratios last. Beside them,
 what the SDK alone costs a child (its two spans made through the same provider, with and
 without their attributes, one child after another): the least on/off the SDK allows.
-Run: python bench/otel.py [--sizes 1000,10000] [--rounds 3] [--dir /dev/shm]
+With --breakdown, two more runs split `on` - `off`: the engine's side alone (OpenTelemetry's
+no-op provider: the call sites, attributes and context, no span recorded) and the SDK's spans
+with no processor; the batch processor's share is the rest.
+Run: python bench/otel.py [--sizes 1000,10000] [--rounds 3] [--dir /dev/shm] [--breakdown]
 """
 
 from __future__ import annotations
@@ -123,6 +126,8 @@ async def in_process(base: Path, args: argparse.Namespace) -> None:
         runs: dict[str, Run] = {"off": subject, "on": partial(subject, provider=spans.provider),
                                 "content": partial(subject, provider=spans.provider,
                                                    content=True)}
+        if args.breakdown:
+            runs.update(breakdown_runs())
         times = await rounds(base, f"n{n}", runs, n, args.rounds)
         spans.provider.force_flush()
         made = spans.exported / (2 * args.rounds * n)
@@ -141,6 +146,28 @@ async def in_process(base: Path, args: argparse.Namespace) -> None:
               f"their attributes, {alone[1] / n * 1e6:.1f} µs without; the least on/off it "
               f"allows: {(off + alone[0]) / off:.3f} (CPU, {(off + alone[1]) / off:.3f} "
               f"without attributes)")
+        if args.breakdown:
+            print_breakdown(times, n)
+
+
+def breakdown_runs() -> dict[str, Run]:
+    """`--breakdown`: what makes up `on` - the engine's side alone (an API tracer whose spans
+    record nothing), and the SDK's spans without a processor to take them."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    return {"ours": partial(subject, provider=NoOpTracerProvider()),
+            "sdk": partial(subject, provider=TracerProvider())}
+
+
+def print_breakdown(times: dict[str, list[tuple[float, float]]], n: int) -> None:
+    print(_row("engine side only (no-op spans):", times["ours"], n))
+    print(_row("SDK spans, no processor:", times["sdk"], n))
+    cpu = {name: statistics.median(c for _, c in times[name]) / n * 1e6
+           for name in ("off", "ours", "sdk", "on")}
+    print(f"  on - off, CPU a child: {cpu['on'] - cpu['off']:.1f} µs = engine side "
+          f"{cpu['ours'] - cpu['off']:.1f} + SDK spans {cpu['sdk'] - cpu['ours']:.1f} + batch "
+          f"processor {cpu['on'] - cpu['sdk']:.1f}")
 
 
 def sdk_alone(provider: Any, n: int, attributes: bool) -> float:
@@ -253,6 +280,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--absent-n", type=int, default=10_000)
     parser.add_argument("--absent-rounds", type=int, default=6)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time the engine side alone and the SDK without a processor")
     parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--absent", action="store_true", help=argparse.SUPPRESS)
