@@ -1,13 +1,9 @@
 """The spans of sessions, after OpenTelemetry's GenAI semantic conventions (DESIGN 3.12).
 
 `invoke_agent {session_type}` per task, `chat {model}` per model call and `execute_tool
-{name}` per tool call. A task's span and a tool call's are the current span while they run,
-so a child's task (which copies the context of the tool call that spawned it) starts its
-`invoke_agent` span under that call's `execute_tool` span: parentage follows spawning without
-being passed around. A model call spawns nothing, so its `chat` span is made whole when the
-call returns (dated from when it began, every attribute in one go: the SDK cleans attributes
-a mapping at a time, and no live span is held while the model thinks); spans that something
-else makes during the call (an instrumented HTTP client's) are the task span's children.
+{name}` per tool call. Each is the current span while it runs, so a child's task (which
+copies the context of the tool call that spawned it) starts its `invoke_agent` span under
+that call's `execute_tool` span: parentage follows spawning without being passed around.
 Imported only when an engine traces (the `[otel]` extra is installed then).
 """
 
@@ -17,7 +13,6 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Mapping
 from contextvars import Token
-from time import time_ns
 from typing import Any, Protocol
 
 from attrs import define
@@ -109,24 +104,7 @@ class Tracer:
     # -- chat: one model call -------------------------------------------------------------------
     async def chat(self, host: Agent, request: ModelRequest,
                    work: Awaitable[ModelResponse]) -> ModelResponse:
-        """Await a model call (`work`), then make its `chat {model}` span whole: started when
-        the call began, ended now, every attribute at once (the SDK's cheapest way, and no
-        live span is held while the model thinks). Its parent is the current span, the
-        task's, as it was when the call began."""
-        start = time_ns()
-        try:
-            response = await work
-        except BaseException as exc:
-            kind = error_type(host, exc)
-            span = self._chat(host, request, start, {"error.type": kind})
-            span.set_status(_status(kind, exc, ""))
-            span.end()
-            raise
-        self._chat(host, request, start, self._answered(request, response)).end()
-        return response
-
-    def _chat(self, host: Agent, request: ModelRequest, start: int,
-              ending: dict[str, Any]) -> Span:
+        """Await a model call (`work`) inside its `chat {model}` span."""
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": host.runtime.model_provider,
@@ -138,9 +116,19 @@ class Tracer:
             if request.instructions:
                 attributes["gen_ai.system_instructions"] = content.instructions(
                     request.instructions)
-        attributes.update(ending)
-        return self.otel.start_span(f"chat {request.model}", kind=SpanKind.CLIENT,
-                                    attributes=attributes, start_time=start)
+        span = self.otel.start_span(f"chat {request.model}", kind=SpanKind.CLIENT,
+                                    attributes=attributes)
+        token = otel_context.attach(trace.set_span_in_context(span))  # (what it calls nests)
+        try:
+            response = await work
+            span.set_attributes(self._answered(request, response))
+        except BaseException as exc:
+            _failed(span, error_type(host, exc), exc)
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
+        return response
 
     def _answered(self, request: ModelRequest, response: ModelResponse) -> dict[str, Any]:
         usage = response.usage
