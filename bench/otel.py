@@ -10,8 +10,13 @@ warm-up (bench/fanout.py's machinery):
   content  the same with `capture_content=True` (prompts and answers as JSON attributes).
 Then the extra-absent path, each run a fresh process, alternating: `absent` (OpenTelemetry
 cannot be imported at all) against `present` (imported, no provider set); both run `off`.
-Figures are per child, min / median / max over rounds; the median ratios last.
-Run: python bench/otel.py [--sizes 1000,10000] [--rounds 3] [--dir /dev/shm]
+Figures are per child, min / median / max over rounds; the median ratios last. Beside them,
+what the SDK alone costs a child (its two spans made through the same provider, with and
+without their attributes, one child after another): the least on/off the SDK allows.
+With --breakdown, two more runs split `on` - `off`: the engine's side alone (OpenTelemetry's
+no-op provider: the call sites, attributes and context, no span recorded) and the SDK's spans
+with no processor; the batch processor's share is the rest.
+Run: python bench/otel.py [--sizes 1000,10000] [--rounds 3] [--dir /dev/shm] [--breakdown]
 """
 
 from __future__ import annotations
@@ -121,9 +126,13 @@ async def in_process(base: Path, args: argparse.Namespace) -> None:
         runs: dict[str, Run] = {"off": subject, "on": partial(subject, provider=spans.provider),
                                 "content": partial(subject, provider=spans.provider,
                                                    content=True)}
+        if args.breakdown:
+            runs.update(breakdown_runs())
         times = await rounds(base, f"n{n}", runs, n, args.rounds)
         spans.provider.force_flush()
         made = spans.exported / (2 * args.rounds * n)
+        alone = [statistics.median(sdk_alone(spans.provider, n, with_attributes) for _ in range(3))
+                 for with_attributes in (True, False)]
         spans.provider.shutdown()
         print(f"N={n}")
         print(_row("off (no provider):", times["off"], n))
@@ -132,6 +141,65 @@ async def in_process(base: Path, args: argparse.Namespace) -> None:
         print(f"  spans exported per child: {made:.2f}")
         print(f"  ratio on/off {_ratios(times, 'on', 'off')} (target <= 1.3); "
               f"content/off {_ratios(times, 'content', 'off')}")
+        off = statistics.median(c for _, c in times["off"])
+        print(f"  the SDK alone, a child's two spans (CPU): {alone[0] / n * 1e6:.1f} µs with "
+              f"their attributes, {alone[1] / n * 1e6:.1f} µs without; the least on/off it "
+              f"allows: {(off + alone[0]) / off:.3f} (CPU, {(off + alone[1]) / off:.3f} "
+              f"without attributes)")
+        if args.breakdown:
+            print_breakdown(times, n)
+
+
+def breakdown_runs() -> dict[str, Run]:
+    """`--breakdown`: what makes up `on` - the engine's side alone (an API tracer whose spans
+    record nothing), and the SDK's spans without a processor to take them."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    return {"ours": partial(subject, provider=NoOpTracerProvider()),
+            "sdk": partial(subject, provider=TracerProvider())}
+
+
+def print_breakdown(times: dict[str, list[tuple[float, float]]], n: int) -> None:
+    print(_row("engine side only (no-op spans):", times["ours"], n))
+    print(_row("SDK spans, no processor:", times["sdk"], n))
+    cpu = {name: statistics.median(c for _, c in times[name]) / n * 1e6
+           for name in ("off", "ours", "sdk", "on")}
+    print(f"  on - off, CPU a child: {cpu['on'] - cpu['off']:.1f} µs = engine side "
+          f"{cpu['ours'] - cpu['off']:.1f} + SDK spans {cpu['sdk'] - cpu['ours']:.1f} + batch "
+          f"processor {cpu['on'] - cpu['sdk']:.1f}")
+
+
+def sdk_alone(provider: Any, n: int, attributes: bool) -> float:
+    """CPU seconds the SDK takes for `n` children's spans, as the engine makes them: the
+    task's `invoke_agent` span current while it runs (its token counts set at the end), its
+    `chat` span made whole when the call returns; the same attributes (or none)."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import SpanKind
+
+    tracer, sid = provider.get_tracer("subsessions"), "019ab2f1-0c4d-7e6f-8a9b-0c1d2e3f4a5b"
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.id": sid,
+             "gen_ai.conversation.id": sid, "gen_ai.request.model": "scripted",
+             "gen_ai.agent.name": "mathematician", "subsessions.parent.id": sid}
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "scripted",
+            "gen_ai.request.model": "scripted", "gen_ai.conversation.id": sid,
+            "gen_ai.usage.input_tokens": 0, "gen_ai.usage.output_tokens": 0,
+            "gen_ai.response.finish_reasons": ("stop",)}
+    used = {"gen_ai.usage.input_tokens": 0, "gen_ai.usage.output_tokens": 0}
+    gc.collect()
+    cpu = time.process_time()
+    for _ in range(n):
+        span = tracer.start_span("invoke_agent mathematician", kind=SpanKind.INTERNAL,
+                                 attributes=dict(agent) if attributes else None)
+        token = context.attach(trace.set_span_in_context(span))
+        tracer.start_span("chat scripted", kind=SpanKind.CLIENT, start_time=time.time_ns(),
+                          attributes=dict(chat) if attributes else None).end()
+        if attributes:
+            span.set_attributes(dict(used))
+        context.detach(token)
+        span.end()
+    provider.force_flush()
+    return time.process_time() - cpu
 
 
 def call_sites() -> None:
@@ -212,6 +280,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--absent-n", type=int, default=10_000)
     parser.add_argument("--absent-rounds", type=int, default=6)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time the engine side alone and the SDK without a processor")
     parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--absent", action="store_true", help=argparse.SUPPRESS)

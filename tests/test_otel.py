@@ -29,6 +29,7 @@ from subsessions import (
     ChildFailed,
     Engine,
     ModelError,
+    ScriptedModel,
     SessionConfig,
     Tool,
 )
@@ -275,6 +276,27 @@ async def test_a_tool_that_fails_sets_its_span_to_error_and_the_task_goes_on(
     assert error_type(tool) == "ToolNotSupported"
     assert attrs(tool)["gen_ai.tool.call.id"] == "c1"
     assert error_type(spans.agent(root.session_id)) is None
+
+
+async def test_spans_a_model_client_makes_during_its_call_nest_under_the_chat_span(
+    home: Path, spans: Spans
+) -> None:
+    """An instrumented HTTP or model client (OpenInference's, httpx's) starts its spans in the
+    current context: the chat span is current while its call runs, so they nest under it."""
+    client_tracer = spans.provider.get_tracer("an-instrumented-client")
+
+    def answer(request: Any) -> list[Any]:
+        client_tracer.start_span("POST /v1/chat/completions").end()
+        return ["hello"]
+
+    async with Engine(home, model_client=ScriptedModel(answer),
+                      tracer_provider=spans.provider) as engine:
+        root = await engine.create_session(SessionConfig())
+        assert await root.send_and_wait("hi") == "hello"
+    (post,) = spans.named("POST /v1/chat/completions")
+    chat = spans.parent(post)
+    assert chat is not None and chat.name.split(" ")[0] == "chat"
+    assert spans.parent(chat) == spans.agent(root.session_id)
 
 
 # -- no cost when unused, and the global provider ---------------------------------------------

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from contextvars import Token
-from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from attrs import define
 from opentelemetry import context as otel_context
@@ -35,7 +34,6 @@ SCOPE = "subsessions"
 CANCELLED = "cancelled"
 BUDGET = "budget_exhausted"
 PROPAGATOR = TraceContextTextMapPropagator()  # W3C, whatever the global propagator is
-T = TypeVar("T")
 TOOL_CALLS, STOP = ("tool_calls",), ("stop",)  # gen_ai.response.finish_reasons
 
 
@@ -120,22 +118,35 @@ class Tracer:
                     request.instructions)
         span = self.otel.start_span(f"chat {request.model}", kind=SpanKind.CLIENT,
                                     attributes=attributes)
-        return await _within(host, span, work, partial(self._answered, request))
+        token = otel_context.attach(trace.set_span_in_context(span))  # (what it calls nests)
+        try:
+            response = await work
+            span.set_attributes(self._answered(request, response))
+        except BaseException as exc:
+            _failed(span, error_type(host, exc), exc)
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
+        return response
 
-    def _answered(self, request: ModelRequest, span: Span, response: ModelResponse) -> None:
+    def _answered(self, request: ModelRequest, response: ModelResponse) -> dict[str, Any]:
         usage = response.usage
-        calls = any(isinstance(item, dict) and item.get("type") == "function_call"
-                    for item in response.output)
+        reasons = STOP
+        for item in response.output:
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                reasons = TOOL_CALLS
+                break
         answered: dict[str, Any] = {
             "gen_ai.usage.input_tokens": usage.input_tokens,
             "gen_ai.usage.output_tokens": usage.output_tokens,
-            "gen_ai.response.finish_reasons": TOOL_CALLS if calls else STOP,
+            "gen_ai.response.finish_reasons": reasons,
         }
         if response.model is not None and response.model != request.model:  # a fallback's
             answered["gen_ai.response.model"] = response.model
         if self.capture_content:
             answered["gen_ai.output.messages"] = content.item_messages(response.output)
-        span.set_attributes(answered)
+        return answered
 
     # -- execute_tool: one tool call ----------------------------------------------------------
     async def tool(self, host: Agent, call: Item, work: Awaitable[str]) -> str:
@@ -153,11 +164,18 @@ class Tracer:
             attributes["gen_ai.tool.call.arguments"] = str(call.get("arguments", ""))
         span = self.otel.start_span(f"execute_tool {name}", kind=SpanKind.INTERNAL,
                                     attributes=attributes)
-        return await _within(host, span, work, self._tool_result)
-
-    def _tool_result(self, span: Span, result: str) -> None:
-        if self.capture_content:
-            span.set_attribute("gen_ai.tool.call.result", result)
+        token = otel_context.attach(trace.set_span_in_context(span))  # what it spawns nests
+        try:
+            result = await work
+            if self.capture_content:
+                span.set_attribute("gen_ai.tool.call.result", result)
+        except BaseException as exc:
+            _failed(span, error_type(host, exc), exc)
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
+        return result
 
     # -- across processes -----------------------------------------------------------------------
     def carrier(self) -> TraceContext:
@@ -181,39 +199,28 @@ class TaskSpan:
         exception that ends it, if any, is the one being raised)."""
         span = self._span
         used, before = host.token_usage, self._usage
-        span.set_attributes({"gen_ai.usage.input_tokens": used.input_tokens - before.input_tokens,
-                             "gen_ai.usage.output_tokens":
-                                 used.output_tokens - before.output_tokens})
+        done: dict[str, Any] = {
+            "gen_ai.usage.input_tokens": used.input_tokens - before.input_tokens,
+            "gen_ai.usage.output_tokens": used.output_tokens - before.output_tokens}
         reason = terminal.get("reason")
-        raised = sys.exc_info()[1]
+        failed: tuple[str, str] | None = None
         if reason == "budget_limited":
-            _failed(span, BUDGET, raised, str(terminal.get("message", "")))
+            failed = BUDGET, str(terminal.get("message", ""))
         elif terminal.get("type") == "turn_aborted":
-            _failed(span, CANCELLED if "cancelled_by" in terminal else "interrupted", raised)
+            failed = CANCELLED if "cancelled_by" in terminal else "interrupted", ""
         elif terminal.get("error") is not None:
+            raised = sys.exc_info()[1]
             kind = type(raised).__qualname__ if isinstance(raised, Exception) else "error"
-            _failed(span, kind, raised, str(terminal["error"].get("message", "")))
+            failed = kind, str(terminal["error"].get("message", ""))
         elif self._tracer.capture_content:
-            span.set_attribute("gen_ai.output.messages", content.text_messages(
-                "assistant", terminal.get("last_agent_message")))
+            done["gen_ai.output.messages"] = content.text_messages(
+                "assistant", terminal.get("last_agent_message"))
+        if failed is not None:  # (the exception that ends the task, if any, is being raised)
+            kind, text = failed
+            span.set_status(_status(kind, sys.exc_info()[1], text))
+            done["error.type"] = kind
+        span.set_attributes(done)  # (one call: the SDK cleans a mapping at a time)
         otel_context.detach(self._token)
-        span.end()
-
-
-async def _within(host: Agent, span: Span, work: Awaitable[T],
-                  answered: Callable[[Span, T], None]) -> T:
-    """Await `work` with `span` current (what it spawns starts under it), then end it: with
-    what `answered` reads of the result, or with the error it raised."""
-    token = otel_context.attach(trace.set_span_in_context(span))
-    try:
-        result = await work
-        answered(span, result)
-        return result
-    except BaseException as exc:
-        _failed(span, error_type(host, exc), exc)
-        raise
-    finally:
-        otel_context.detach(token)
         span.end()
 
 
@@ -227,6 +234,10 @@ def error_type(host: Agent, exc: BaseException) -> str:
 
 
 def _failed(span: Span, kind: str, exc: BaseException | None, text: str = "") -> None:
-    description = text or (str(exc) if isinstance(exc, Exception) else "") or kind
-    span.set_status(Status(StatusCode.ERROR, description))
+    span.set_status(_status(kind, exc, text))
     span.set_attribute("error.type", kind)
+
+
+def _status(kind: str, exc: BaseException | None, text: str) -> Status:
+    description = text or (str(exc) if isinstance(exc, Exception) else "") or kind
+    return Status(StatusCode.ERROR, description)
