@@ -1,9 +1,9 @@
 """SubsessionManager: one per session; spawns, tracks, waits for and cancels its children.
 
-The manager never builds a session: it asks its owner (`new_child`), and it is typed
-against the `Member` protocol (spawning.py), what it needs of its owner and of the children.
-Tree-wide limits and profiles live in the owner's `SessionTree`; each child's one
-ending in its `ChildRecord`.
+The manager never builds a session: it makes each child's `Child` record and asks its
+owner for the child's body (`new_child`); it is typed against the `Member` protocol
+(spawning.py). Tree-wide limits and profiles live in the owner's `SessionTree`; each
+child's life (its stop, its one ending) in its `Child`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import os
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,16 +21,14 @@ from subsessions import composition, waits
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
+from subsessions.child import Child
 from subsessions.children import (
-    PENDING,
     Cancelled,
     ChildInfo,
-    ChildRecord,
     ChildStatus,
     Done,
     Ending,
     Failed,
-    Queued,
     RunResult,
     WaitResult,
 )
@@ -43,6 +41,7 @@ from subsessions.errors import (
     UnknownSession,
     error_text,
 )
+from subsessions.ids import new_session_id
 from subsessions.kit import Kit
 from subsessions.loop import run_child
 from subsessions.profiles import Profile
@@ -51,7 +50,7 @@ from subsessions.spawning import Kits, Member, consent
 from subsessions.tree import Reservation
 
 _spawn_ids = itertools.count(1)
-Record = ChildRecord[Member]
+Record = Child[Member]
 
 
 class SubsessionManager:
@@ -115,13 +114,21 @@ class SubsessionManager:
         with await tree.reserve(parent.depth) as place:  # given back if it fails
             if not parent.is_child:  # a top-level rollout starts with its first task or child
                 parent.write_meta()
-            record = Record(parent.new_child(kit, call_id, budget), PENDING,
-                            on_ended=self._settle_one)
+            record = self._child(kit, call_id, budget)
             self._launch(record, prompt, place)
-        return record.session.session_id
+        return record.session_id
+
+    def _child(self, kit: Kit, call_id: str, budget: Budget | None,
+               session_id: str | None = None, *, queued: bool = False) -> Record:
+        """A child's record, then its body (a requeued child keeps its id)."""
+        child_id = session_id or new_session_id()
+        record: Record = Child(child_id, self._settle_one,
+                               withdraw=partial(self._withdraw, child_id) if queued else None)
+        record.body = self._session.new_child(record, kit, call_id, budget)
+        return record
 
     def _launch(self, record: Record, prompt: str, place: Reservation) -> None:
-        parent, child = self._session, record.session
+        parent, child = self._session, record.body
         runtime = parent.runtime
         runtime.spawn_task(run_child(child, prompt, record), f"subsession-{child.session_id}")
         place.commit()
@@ -143,10 +150,8 @@ class SubsessionManager:
         parent = self._session
         if not parent.is_child:
             parent.write_meta()
-        child = parent.new_child(kit, call_id, budget, session_id)
-        child_id = child.session_id
-        record = Record(child, Queued(partial(self._withdraw, child_id)),
-                        on_ended=self._settle_one)
+        record = self._child(kit, call_id, budget, session_id, queued=True)
+        child, child_id = record.body, record.session_id
         parent.tree.enqueue(child_id, partial(self._dequeued, record, prompt))
         self._children[child_id] = record
         parent.recorder.event({**records.background(f"queued child session {child_id}"),
@@ -188,8 +193,7 @@ class SubsessionManager:
         parent = self._session
         if started:
             parent.tree.child_ended()
-        child = record.session
-        child_id = child.session_id
+        child, child_id = record.body, record.session_id
         if isinstance(outcome, Done):
             message = f"child session {child_id} completed"
         elif isinstance(outcome, Failed):
@@ -226,18 +230,20 @@ class SubsessionManager:
         """Every child of this session, oldest first."""
         return [child.info() for child in self._children.values()]
 
-    def adopt_ended(self, child: Member, state: Ending, ended_at: float | None) -> None:
+    def adopt_ended(self, session_id: str, state: Ending, ended_at: float | None,
+                    body: Callable[[Record], Member]) -> None:
         """Know a child that ended in an earlier run (resume): it can be waited for."""
-        child.release()  # run again, it reloads its history from its rollout
-        self._children[child.session_id] = Record(child, state, ended_at=ended_at,
-                                                  on_ended=self._settle_one)
+        record: Record = Child(session_id, self._settle_one, state, ended_at=ended_at)
+        record.body = body(record)
+        record.body.release()  # run again, it reloads its history from its rollout
+        self._children[session_id] = record
 
     def tree(self) -> list[Member]:
         """Every descendant session, depth first."""
         found: list[Member] = []
         for child in self._children.values():
-            found.append(child.session)
-            family = child.session.spawned
+            found.append(child.body)
+            family = child.body.spawned
             if family is not None:
                 found.extend(family.tree())
         return found
@@ -246,13 +252,13 @@ class SubsessionManager:
         """Drop an ended child that nobody will ask about again (a batch's, once its ending
         is journaled): a million of them are not kept. Its rollout stays on disk."""
         record = self._lookup(session_id)
-        if not record.finished.done():
+        if not record.settled:
             raise SessionBusy(session_id, "is running; only an ended child can be forgotten")
         del self._children[session_id]
         self._session.runtime.dispatcher.forget_child(session_id)
 
     def running(self) -> list[str]:
-        return [cid for cid, child in self._children.items() if not child.finished.done()]
+        return [cid for cid, child in self._children.items() if not child.settled]
 
     # -- waiting and cancelling -------------------------------------------------------------
     def wait_child(
@@ -326,11 +332,11 @@ class SubsessionManager:
     async def cancel_child(self, session_id: str) -> bool:
         """Cancel a running child (its children first); False if it had already ended."""
         record = self._lookup(session_id)
-        if record.finished.done():
+        if record.settled:
             return False
         record.cancel()
         await asyncio.shield(record.finished)  # a cancelled caller leaves the ending alone
-        return isinstance(record.state, Cancelled)
+        return isinstance(record.outcome, Cancelled)
 
     def mark_seen(self, session_id: str) -> None:
         """The model learned how this child ended (e.g. from cancel_session): no notice."""
@@ -348,7 +354,7 @@ class SubsessionManager:
     async def outlast(self) -> None:
         """Until every running child has ended, without seeing them: their notices stay for
         the parent's next model call (`children_at_turn_end="wait"`)."""
-        pending = [r.finished for r in self._children.values() if not r.finished.done()]
+        pending = [r.finished for r in self._children.values() if not r.settled]
         if pending:
             await asyncio.wait(pending)
 
@@ -356,7 +362,7 @@ class SubsessionManager:
     def stop_all_children(self, budget: BudgetExhausted | None) -> list[Record]:
         """Deliver a cancel (or a budget stop) to every running child; they end by
         themselves, each with its one ending."""
-        pending = [child for child in self._children.values() if not child.finished.done()]
+        pending = [child for child in self._children.values() if not child.settled]
         for child in pending:
             child.cancel(budget)
         return pending
@@ -369,9 +375,9 @@ class SubsessionManager:
         if not isinstance(message, str) or not message.strip():
             raise InvalidArguments("send_message", "message must be a non-empty string")
         while True:
-            if record.accepting and await record.session.take_message(message):
+            if record.accepting and await record.body.take_message(message):
                 return "queued"
-            if not record.finished.done():  # ending now: the message starts what follows
+            if not record.settled:  # ending now: the message starts what follows
                 await asyncio.wait((record.finished,))
                 continue
             self._follow_up(record, message)
@@ -382,7 +388,7 @@ class SubsessionManager:
         runtime = parent.runtime
         runtime.check_open()
         self._check_can_start("send messages to its sub-sessions")
-        child = record.session
+        child = record.body
         with parent.tree.reserve_follow_up() as place:
             child.prepare_follow_up()
             runtime.spawn_task(run_child(child, message, record),

@@ -14,6 +14,7 @@ from attrs import evolve
 
 from subsessions import task
 from subsessions.budget import Budget
+from subsessions.child import Child
 from subsessions.config import SessionConfig
 from subsessions.errors import InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventStream
@@ -52,11 +53,12 @@ class Session(SessionState):
     @classmethod
     def resumed(cls, runtime: Runtime, config: SessionConfig, origin: Origin, *,
                 source: str | dict[str, Any] = "exec", parent: Session | None = None,
-                profile: Profile | None = None) -> Session:
+                profile: Profile | None = None, life: Child[Any] | None = None) -> Session:
         """A session whose rollout exists (`origin.rollout_path`): a resumed top-level
-        session, or (with `parent`) a child of it that ended in an earlier run."""
+        session, or (with `parent`) the body of its child `life` that ended in an earlier
+        run."""
         return cls(runtime, config, parent=parent, profile=profile, source=source,
-                   origin=origin)
+                   origin=origin, life=life)
 
     @classmethod
     def stand_in(cls, runtime: Runtime, config: SessionConfig, session_id: str,
@@ -112,9 +114,8 @@ class Session(SessionState):
             self.tree.root_busy(False)
 
     def prepare_follow_up(self) -> None:
-        """Before a new task of an ended child (send_message): nothing of the last one's
-        ending carries over."""
-        self.stop = None
+        """Before a new task of an ended child (send_message): it reads sent messages
+        again (its record's `restart` clears its stop)."""
         self.taking_messages = True
 
     # -- listeners and host answers ---------------------------------------------------------
@@ -144,13 +145,11 @@ class Session(SessionState):
         """A child's config (`kit.child_config`)."""
         return child_config(self.kit, profile, self.model, self.cwd, self.child_tool_context())
 
-    def new_child(self, kit: Kit, call_id: str, budget: Budget | None = None,
-                  session_id: str | None = None) -> Session:
-        """What the manager asks for: a child session, not started (a requeued one keeps
-        its id)."""
-        origin = NEW if session_id is None else Origin(session_id=session_id)
+    def new_child(self, life: Child[Any], kit: Kit, call_id: str,
+                  budget: Budget | None = None) -> Session:
+        """What the manager asks for: the body of the child `life`, not started."""
         return Session(self.runtime, kit.config, parent=self, kit=kit, call_id=call_id,
-                       source="subagent", budget=budget, origin=origin)
+                       source="subagent", budget=budget, life=life)
 
     def hand_over_head(self) -> None:
         """A spawned child's first lines to the writer, before its parent's line naming it."""
@@ -214,7 +213,7 @@ class Session(SessionState):
             raise SessionBusy(self.session_id)
         first = not self.started
         if self.parent is None:
-            self.stop = None  # a top-level session's earlier task ended by a budget
+            self._stop = None  # a top-level session's earlier task ended by a budget
         if self.released:
             self._reload()
         self.write_meta()

@@ -18,6 +18,7 @@ from typing import Any
 from attrs import frozen
 
 from subsessions.budget import Budget
+from subsessions.child import Child
 from subsessions.children import CANCEL, Stop
 from subsessions.config import SessionConfig, Tool
 from subsessions.errors import BudgetExhausted
@@ -72,11 +73,11 @@ class SessionState:
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
         "_child_context", "_elsewhere", "_events", "_events_closed", "_notes", "_phase",
-        "_subsessions", "_task", "answered_by", "call_id", "cwd", "depth", "forked_from",
-        "history", "inbox", "instructions", "kit", "last_message", "mailbox", "max_turns",
-        "meter", "model", "parent", "recorder", "resume_report", "root", "runtime",
-        "session_id", "source", "started_at", "stop", "taking_messages", "token_usage",
-        "tool_calls", "tree", "turns",
+        "_stop", "_subsessions", "_task", "answered_by", "call_id", "cwd", "depth",
+        "forked_from", "history", "inbox", "instructions", "kit", "last_message", "life",
+        "mailbox", "max_turns", "meter", "model", "parent", "recorder", "resume_report",
+        "root", "runtime", "session_id", "source", "started_at", "taking_messages",
+        "token_usage", "tool_calls", "tree", "turns",
     )
 
     def __init__(
@@ -92,8 +93,11 @@ class SessionState:
         tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
         budget: Budget | None = None,  # a child's, asked for at spawn (besides its config's)
         kit: Kit | None = None,  # a child's, shared with its siblings (`child_kit`)
+        life: Child[Any] | None = None,  # a child's record in its parent: its stop, its end
     ) -> None:
-        self.session_id = origin.session_id or new_session_id()
+        self.session_id = life.session_id if life is not None else (
+            origin.session_id or new_session_id())
+        self.life = life
         self.runtime = runtime
         if kit is not None:
             config, profile = kit.config, kit.profile
@@ -117,7 +121,7 @@ class SessionState:
             self.tree.child_meter(parent.meter, budget.clamp(config.budget) if budget
                                   else config.budget, self.stop_for_budget)
         )
-        self.stop: Stop | None = None  # the first stop asked of its task (first wins)
+        self._stop: Stop | None = None  # a top-level task's first stop (a child's: `life`)
         self.last_message: str | None = None  # its last assistant message so far
         self.inbox: list[str] = list(origin.inbox)  # sent while it runs, read before its next call
         self.taking_messages = parent is not None  # a queued child reads its inbox first
@@ -298,19 +302,30 @@ class SessionState:
         return stop if isinstance(stop, BudgetExhausted) else None
 
     # -- stops: a cancel or a budget, the first one wins ---------------------------------
+    @property
+    def stop(self) -> Stop | None:
+        """The first stop asked of its current task (a child's is its record's)."""
+        life = self.life
+        return self._stop if life is None else life.stop
+
     def request_stop(self, budget: BudgetExhausted | None = None, *,
                      deliver: bool = True) -> bool:
         """Stop its task (with `budget`: it ends `budget_limited`, else cancelled) unless a
-        stop came first; False then, or once a child has ended. Without `deliver` the task
-        is ending so by itself. A task that has not run its first line yet ends there, so
-        its own `finally` still writes its ending."""
-        if self.stop is not None or (self.parent is not None and self.ended):
+        stop came first; False then, or once a child has ended (`Child.request_stop`)."""
+        if self.life is not None:
+            return self.life.request_stop(budget, deliver=deliver)
+        if self._stop is not None or (self.parent is not None and self.ended):
             return False
-        self.stop = CANCEL if budget is None else budget
-        running = self._task
-        if deliver and running is not None and running is not asyncio.current_task():
-            running.cancel()
+        self._stop = CANCEL if budget is None else budget
+        if deliver:
+            self.cancel_task()
         return True
+
+    def cancel_task(self) -> None:
+        """Deliver a cancel to its running task (none yet: its first line sees its stop)."""
+        running = self._task
+        if running is not None and running is not asyncio.current_task():
+            running.cancel()
 
     def claim_budget_stop(self, error: BudgetExhausted) -> None:
         """Its task is ending by itself on a budget: a cancel that comes later is no other
