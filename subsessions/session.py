@@ -95,21 +95,22 @@ class Session(SessionState):
         self.turns = figures.turns
         self.tool_calls = figures.tool_calls
         self.answered_by = figures.answered_by
-        if figures.spent is not None:
+        if figures.spent is not None and (self.metered or any(figures.spent)):
             self.meter.turns, self.meter.tokens = figures.spent
 
     def task_begins(self) -> None:
         self._task = asyncio.current_task()
         if self.parent is None:
             self.tree.root_busy(True)
-        else:
-            self.meter.arm()
+        elif self._meter is not None:
+            self._meter.arm()
 
     def task_ended(self) -> None:
         self._task = None
         if self.parent is not None:
             self._phase = Phase.ENDED
-            self.meter.disarm()
+            if self._meter is not None:
+                self._meter.disarm()
         else:
             self.tree.root_busy(False)
 

@@ -72,10 +72,10 @@ class SessionState:
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
-        "_child_context", "_elsewhere", "_events", "_events_closed", "_notes", "_phase",
-        "_stop", "_subsessions", "_task", "answered_by", "call_id", "cwd", "depth",
-        "forked_from", "history", "inbox", "instructions", "kit", "last_message", "life",
-        "mailbox", "max_turns", "meter", "model", "parent", "recorder", "resume_report",
+        "_child_context", "_elsewhere", "_events", "_events_closed", "_inbox", "_meter",
+        "_notes", "_phase", "_stop", "_subsessions", "_task", "answered_by", "call_id",
+        "cwd", "depth", "forked_from", "history", "instructions", "kit", "last_message",
+        "life", "mailbox", "max_turns", "model", "parent", "recorder", "resume_report",
         "root", "runtime", "session_id", "source", "started_at", "taking_messages",
         "token_usage", "tool_calls", "tree", "turns",
     )
@@ -116,14 +116,18 @@ class SessionState:
         self.max_turns = profile.max_turns if profile is not None else config.max_turns
         self.history: list[Item] = list(origin.history)
         self.token_usage = origin.token_usage
-        self.meter: Meter = (
-            self.tree.root_meter(self.stop_for_budget) if parent is None else
-            self.tree.child_meter(parent.meter, budget.clamp(config.budget) if budget
-                                  else config.budget, self.stop_for_budget)
-        )
+        # its meter: a child's only when a budget applies to it or an ancestor (`meter`)
+        self._meter: Meter | None = None
+        if parent is None:
+            self._meter = self.tree.root_meter(self.stop_for_budget)
+        else:
+            limits = budget.clamp(config.budget) if budget else config.budget
+            if limits is not None or parent.metered:
+                self._meter = self.tree.child_meter(parent.meter, limits, self.stop_for_budget)
         self._stop: Stop | None = None  # a top-level task's first stop (a child's: `life`)
         self.last_message: str | None = None  # its last assistant message so far
-        self.inbox: list[str] = list(origin.inbox)  # sent while it runs, read before its next call
+        # sent while it runs, read before its next call (made at the first message)
+        self._inbox: list[str] | None = list(origin.inbox) if origin.inbox else None
         self.taking_messages = parent is not None  # a queued child reads its inbox first
         self.mailbox: Callable[[str], Awaitable[bool]] | None = None  # a remote task's inbox
         self._task: asyncio.Task[object] | None = None  # its task, from its first line
@@ -215,8 +219,43 @@ class SessionState:
     @property
     def budget(self) -> Budget | None:
         """Its limits as clamped at spawn (a root's: its tree's); None when it has none."""
-        limits = self.meter.limits
-        return None if limits.unlimited else limits
+        meter = self._meter
+        return None if meter is None or meter.limits.unlimited else meter.limits
+
+    @property
+    def inbox(self) -> list[str]:
+        """Messages sent to it while it runs, read before its next model call."""
+        inbox = self._inbox
+        if inbox is None:
+            inbox = self._inbox = []
+        return inbox
+
+    @property
+    def has_mail(self) -> bool:
+        """A message waits in its inbox (asked without making one)."""
+        return bool(self._inbox)
+
+    @property
+    def metered(self) -> bool:
+        """A budget applies to it or an ancestor: its model calls are counted."""
+        meter = self._meter
+        return meter is not None and meter.active
+
+    @property
+    def meter(self) -> Meter:
+        """What it spent against its budget and its ancestors' (an unmetered child's is made
+        when asked for: most children never need one)."""
+        meter = self._meter
+        if meter is None:
+            parent = self.parent
+            assert parent is not None  # a top-level session's is made with it
+            meter = self._meter = self.tree.child_meter(parent.meter, None,
+                                                        self.stop_for_budget)
+        return meter
+
+    @meter.setter
+    def meter(self, meter: Meter) -> None:
+        self._meter = meter
 
     @property
     def ended(self) -> bool:

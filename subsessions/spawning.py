@@ -65,7 +65,8 @@ class Member(Caller, Protocol):
     last_message: str | None
     @property
     def budget(self) -> Budget | None: ...
-    inbox: list[str]
+    @property
+    def inbox(self) -> list[str]: ...
     taking_messages: bool
 
     async def take_message(self, message: str) -> bool: ...

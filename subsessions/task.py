@@ -61,9 +61,15 @@ class TaskHost(Member, Protocol):
     turns: int
     token_usage: TokenUsage
     answered_by: str | None  # the model that answered last, when it was not `model`
-    meter: Meter  # what it spent against its budget (and its ancestors')
+    @property
+    def meter(self) -> Meter: ...  # what it spent against its budget (and its ancestors')
+    @property
+    def metered(self) -> bool: ...  # a budget applies to it or an ancestor
     last_message: str | None  # its last assistant message so far
-    inbox: list[str]  # messages sent to it while it runs (send_message)
+    @property
+    def inbox(self) -> list[str]: ...  # messages sent to it while it runs (send_message)
+    @property
+    def has_mail(self) -> bool: ...  # its inbox holds a message
     taking_messages: bool  # its task will read the inbox before another model call
 
     @property
@@ -127,11 +133,11 @@ async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
             raise _fresh(stop)
         if stop is not None:  # cancelled before its first line
             raise asyncio.CancelledError
-        if host.meter.active and not (first and host.is_child):  # (clamped at spawn)
+        if host.metered and not (first and host.is_child):  # (clamped at spawn)
             _check(host, host.meter.spent())
         if host.tree.config.hooks is not None:
             prompt = await prompt_hooks(host, prompt, first)
-        while not host.is_child and host.inbox:  # its children's, sent while it was idle
+        while not host.is_child and host.has_mail:  # its children's, sent while it was idle
             _tell(host, host.inbox.pop(0))
         _tell(host, prompt)
         host.taking_messages = True
@@ -239,7 +245,7 @@ async def _turns(host: TaskHost) -> str | None:
         family = host.spawned
         if family is not None and family.has_notices:
             _deliver_notices(host, family)
-        while host.inbox:  # sent while it ran: read before this model call
+        while host.has_mail:  # sent while it ran: read before this model call
             _tell(host, host.inbox.pop(0))
         request = ModelRequest(
             session_id=host.session_id,
@@ -276,11 +282,11 @@ async def _turns(host: TaskHost) -> str | None:
             elif item.get("type") == "function_call":
                 calls.append(item)
         _count(host, response.usage)
-        if host.meter.active and (reached := host.meter.charge(
-                response.usage.total_tokens, bool(calls) or bool(host.inbox))) is not None:
+        if host.metered and (reached := host.meter.charge(
+                response.usage.total_tokens, bool(calls) or host.has_mail)) is not None:
             _check(host, reached)
         if not calls:
-            if host.inbox:  # a message came while it answered: one more turn reads it
+            if host.has_mail:  # a message came while it answered: one more turn reads it
                 continue
             if await _children_at_turn_end(host):
                 continue
@@ -309,7 +315,7 @@ async def _children_at_turn_end(host: TaskHost) -> bool:
             await family.abort_all_children()
         return False
     await family.outlast()
-    return family.has_notices or bool(host.inbox)
+    return family.has_notices or host.has_mail
 
 
 def _deliver_notices(host: TaskHost, family: SubsessionManager) -> None:
