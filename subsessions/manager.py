@@ -43,7 +43,6 @@ from subsessions.errors import (
 )
 from subsessions.ids import new_session_id
 from subsessions.kit import Kit
-from subsessions.loop import run_child
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.spawning import Kits, Member, consent
@@ -130,7 +129,7 @@ class SubsessionManager:
     def _launch(self, record: Record, prompt: str, place: Reservation) -> None:
         parent, child = self._session, record.body
         runtime = parent.runtime
-        runtime.spawn_task(run_child(child, prompt, record), f"subsession-{child.session_id}")
+        runtime.spawn_task(child.run_child(prompt, record), f"subsession-{child.session_id}")
         place.commit()
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
@@ -391,7 +390,7 @@ class SubsessionManager:
         child = record.body
         with parent.tree.reserve_follow_up() as place:
             child.prepare_follow_up()
-            runtime.spawn_task(run_child(child, message, record),
+            runtime.spawn_task(child.run_child(message, record),
                                f"subsession-{child.session_id}")
             place.commit()
         record.restart()

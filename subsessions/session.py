@@ -7,7 +7,7 @@ import asyncio
 import logging
 import math
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from attrs import evolve
@@ -22,6 +22,7 @@ from subsessions.figures import Figures
 from subsessions.handlers import parent_message
 from subsessions.kit import Kit, child_config
 from subsessions.ledger import TreeLedger
+from subsessions.loop import Settles, run_child
 from subsessions.manager import SubsessionManager
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
@@ -186,6 +187,14 @@ class Session(SessionState):
                                    "seconds, or None")
         return await self.runtime.run_owned(self.run_task(prompt), self.session_id, timeout)
 
+    def run_child(self, prompt: str, settles: Settles) -> Coroutine[Any, Any, str | None]:
+        """A child's task as the one coroutine of its asyncio task, settling in its parent
+        (`settles`) at its end: in process the task loop itself; on another backend,
+        `loop.run_child` around the backend's task."""
+        if self.runtime.backend is None:
+            return task.run(self, prompt, None, settles)
+        return run_child(self, prompt, settles)
+
     def child_task(self, prompt: str) -> Awaitable[str | None]:
         """A child's task, claimed as its own task runs its first line (`run_child` awaits
         it): its backend's coroutine, without a frame of the session's."""
@@ -206,6 +215,11 @@ class Session(SessionState):
             if self.parent is None:  # a child's flush is awaited by its manager instead
                 self.wake()
                 await self.recorder.flush_durable()
+
+    def claim(self) -> bool:
+        """The session is running a task from now on (refused if it is); whether it is its
+        first."""
+        return self._claim()
 
     def _claim(self) -> bool:
         """The session is running a task from now on (refused if it is); whether it is its

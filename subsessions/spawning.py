@@ -7,8 +7,8 @@ above it (it builds sessions; the manager only asks for them).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable
-from typing import Protocol
+from collections.abc import Coroutine, Iterable
+from typing import Any, Protocol
 
 from subsessions.budget import Budget
 from subsessions.child import Child
@@ -17,6 +17,7 @@ from subsessions.config import SessionConfig, Tool, as_child_config
 from subsessions.dispatch import Caller, call_maybe_async
 from subsessions.errors import BudgetExhausted, InvalidArguments, SpawnDenied, error_text
 from subsessions.kit import Kit
+from subsessions.loop import Settles
 from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts.recorder import RolloutRecorder
@@ -88,7 +89,7 @@ class Member(Caller, Protocol):
     def hand_over_head(self) -> None: ...
     def prepare_follow_up(self) -> None: ...
     def wake(self) -> None: ...
-    def child_task(self, prompt: str) -> Awaitable[str | None]: ...
+    def run_child(self, prompt: str, settles: Settles) -> Coroutine[Any, Any, str | None]: ...
 
 
 class Kits:
