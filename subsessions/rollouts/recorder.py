@@ -299,11 +299,16 @@ def rollout_path(home: Path, session_id: str, started: float) -> str:
     return f"{home}/sessions/{stamps[0]}/rollout-{stamps[1]}-{session_id}.jsonl"
 
 
+_EMPTY = b""  # every empty recorder's buffer
+
+
 class RolloutRecorder:
     """One session's rollout: buffered lines in the envelope of DESIGN 3.5.
 
     The buffer is one bytearray: orjson's output objects carry kilobytes of spare
-    capacity, so holding them until a flush would cost far more than the lines.
+    capacity, so holding them until a flush would cost far more than the lines. An empty
+    one is the shared `b""` (a bytearray is made by the first line after a flush): most
+    recorders wait empty, for a model's answer.
     """
 
     __slots__ = ("_buffer", "_depth", "_dirty", "_first", "_writer", "path")
@@ -313,7 +318,7 @@ class RolloutRecorder:
         depth: int = 0,
     ) -> None:
         self._writer = writer
-        self._buffer = bytearray()
+        self._buffer: bytes | bytearray = _EMPTY
         self._dirty = dirty  # where a recorder with unwritten lines announces itself
         self._depth = depth  # the session's: its file is written before its parent's
         self._first: list[Callable[[], None]] | None = None  # see before_flush
@@ -323,18 +328,22 @@ class RolloutRecorder:
         return f"<RolloutRecorder {self.path} buffered={len(self._buffer)}B>"
 
     def record(self, kind: str, payload: dict[str, Any]) -> None:
-        if not self._buffer and self._dirty is not None:
-            self._dirty.add(self)
         # The envelope by hand around orjson's payload: one object fewer to serialise per line.
-        self._buffer += b'{"timestamp":"%s","type":"%s","payload":%s}\n' % (
+        self._add(b'{"timestamp":"%s","type":"%s","payload":%s}\n' % (
             clock.now().encode(), kind.encode(), orjson.dumps(payload)
-        )
+        ))
 
     def start_new_line(self) -> None:
         """End a torn last line left by a crash, so the next record starts whole."""
-        if not self._buffer and self._dirty is not None:
+        self._add(b"\n")
+
+    def _add(self, line: bytes) -> None:
+        if self._buffer:
+            self._buffer += line  # the bytearray, in place
+            return
+        if self._dirty is not None:
             self._dirty.add(self)
-        self._buffer += b"\n"
+        self._buffer = bytearray(line)
 
     def event(self, payload: dict[str, Any]) -> None:
         self.record("event_msg", payload)
@@ -357,14 +366,14 @@ class RolloutRecorder:
         if self._first is not None:
             self._call_first()
         if self._buffer:
-            data, self._buffer = self._buffer, bytearray()  # handed over, not copied
+            data, self._buffer = self._buffer, _EMPTY  # handed over, not copied
             self._writer.submit(self.path, data, None, self._depth)
 
     def flush_then(self, written: Written) -> None:
         """Hand what is buffered to the writer; `written` is called once it is in the file."""
         if self._first is not None:
             self._call_first()
-        data, self._buffer = self._buffer, bytearray()
+        data, self._buffer = self._buffer, _EMPTY
         self._writer.submit(self.path, data, written, self._depth)
 
     def flush_durable(self) -> asyncio.Future[None]:
