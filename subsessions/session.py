@@ -72,22 +72,25 @@ class Session(SessionState):
     @property
     def subsessions(self) -> SubsessionManager:
         """Its children. Made on first use: most children never have any."""
-        manager = self._subsessions
+        extras = self.extras
+        manager = extras.subsessions
         if manager is None:
-            manager = self._subsessions = SubsessionManager(self)
+            manager = extras.subsessions = SubsessionManager(self)
         return manager
 
     # -- its counters from elsewhere, and the edges of its tasks ---------------------------
     def remote_usage(self, session_id: str) -> Usage:
         """What a descendant run by another process reported so far (nothing: zeros)."""
-        known = None if self._elsewhere is None else self._elsewhere.get(session_id)
+        elsewhere = None if self._extras is None else self._extras.elsewhere
+        known = None if elsewhere is None else elsewhere.get(session_id)
         return known or Usage()
 
     def count_remote(self, session_id: str, usage: Usage) -> None:
         """A descendant run by another process reports its usage (it replaces the last)."""
-        if self._elsewhere is None:
-            self._elsewhere = {}
-        self._elsewhere[session_id] = usage
+        extras = self.extras
+        if extras.elsewhere is None:
+            extras.elsewhere = {}
+        extras.elsewhere[session_id] = usage
 
     def apply(self, figures: Figures) -> None:
         """Its figures from the process its task runs in (a shard): usage, the answering
@@ -139,9 +142,12 @@ class Session(SessionState):
     # -- children ---------------------------------------------------------------------------
     def child_tool_context(self) -> ToolContext | None:
         """This session's workspace and policies as its children get them (built once)."""
-        if self._child_context is None and self.tool_context is not None:
-            self._child_context = self.tool_context.for_child()
-        return self._child_context
+        if self.tool_context is None:
+            return None
+        extras = self.extras
+        if extras.child_context is None:
+            extras.child_context = self.tool_context.for_child()
+        return extras.child_context
 
     def child_config(self, profile: Profile) -> SessionConfig:
         """A child's config (`kit.child_config`)."""
@@ -239,7 +245,7 @@ class Session(SessionState):
         """`wake_on_child_end`: children ended unseen while this top-level session is idle,
         so a task starts whose input is their completion notices (a host never polls)."""
         if (not self._wakes(self.config.wake_on_child_end)
-                or self._subsessions is None or not self._subsessions.has_notices):
+                or self.spawned is None or not self.subsessions.has_notices):
             return
         notices = "\n".join(info.notice() for info in self.subsessions.take_notices())
         if notices:  # else every one of them was seen meanwhile
@@ -280,7 +286,8 @@ class Session(SessionState):
         """Drop what only a task needs (history, tools) once a child has ended and its rollout
         is written: a long-lived parent of many children must not hold every transcript."""
         self.history = []
-        self._child_context = None
+        if self._extras is not None:
+            self._extras.child_context = None
         self._phase = Phase.RELEASED
 
     def _reload(self) -> None:
@@ -294,7 +301,7 @@ class Session(SessionState):
         if self.wrote_meta:
             self.recorder.event(event)
         else:
-            self._notes += (event,)
+            self.extras.notes += (event,)
 
     def write_meta(self) -> None:
         if self._phase is not Phase.NEW:
@@ -308,6 +315,7 @@ class Session(SessionState):
             spawn=None if self.parent is None else {
                 "parent": self.parent.session_id, "depth": self.depth, "call_id": self.call_id},
         ))
-        for note in self._notes:
-            self.recorder.event(note)
-        self._notes = ()
+        if self._extras is not None:
+            for note in self._extras.notes:
+                self.recorder.event(note)
+            self._extras.notes = ()

@@ -9,27 +9,24 @@ what it shares with its tree from the `SessionTree`; its tools from its `Kit`.
 from __future__ import annotations
 
 import asyncio
-import enum
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
-
-from attrs import frozen
 
 from subsessions.budget import Budget
 from subsessions.child import Child
 from subsessions.children import CANCEL, Stop
 from subsessions.config import SessionConfig, Tool
 from subsessions.errors import BudgetExhausted
-from subsessions.events import EventHub, listening
 from subsessions.ids import new_session_id
 from subsessions.items import Item
 from subsessions.kit import Kit, own_kit
-from subsessions.ledger import LOCAL, TreeLedger
-from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
-from subsessions.models.base import NO_USAGE, TokenUsage
+from subsessions.origin import NEW as NEW
+from subsessions.origin import Origin as Origin
+from subsessions.origin import Phase as Phase
+from subsessions.parts import Extras, SessionParts
 from subsessions.profiles import Profile
 from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
 from subsessions.runtime import Runtime
@@ -39,46 +36,18 @@ from subsessions.tree import SessionTree
 from subsessions.usage import Usage
 
 
-class Phase(enum.Enum):
-    NEW = "new"  # nothing written yet
-    OPEN = "open"  # session_meta written, no task run yet (or resumed)
-    RUNNING = "running"  # a task is running
-    IDLE = "idle"  # between tasks (top-level sessions)
-    ENDED = "ended"  # a child's one task has written its ending
-    RELEASED = "released"  # ended, its ending on disk; history and tools dropped
-
-
-@frozen
-class Origin:
-    """Where a session starts from. The named constructors (`new`, `resumed`, `stand_in`,
-    and the shard's) build one and `__init__` takes it whole: nothing is assigned after."""
-
-    session_id: str | None = None  # None: a new id
-    rollout_path: str | None = None  # a rollout it appends to (resumed); None: a new file
-    started_at: float | None = None  # None: now
-    history: tuple[Item, ...] = ()
-    token_usage: TokenUsage = NO_USAGE
-    forked_from: str | None = None
-    resume_report: str | None = None  # what resuming or forking read and skipped
-    ledger: TreeLedger = LOCAL  # a top-level session's tree is counted elsewhere too
-    inbox: tuple[str, ...] = ()  # messages it reads before its next model call
-
-
-NEW = Origin()
-
-
-class SessionState:
+class SessionState(SessionParts):
     """One conversation's state (a top-level session or a child): see `Session`."""
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
-        "_child_context", "_elsewhere", "_events", "_events_closed", "_inbox", "_meter",
-        "_notes", "_phase", "_stop", "_subsessions", "_task", "answered_by", "call_id",
-        "cwd", "depth", "forked_from", "history", "instructions", "kit", "last_message",
-        "life", "mailbox", "max_turns", "model", "parent", "recorder", "resume_report",
-        "root", "runtime", "session_id", "source", "started_at", "taking_messages",
-        "token_usage", "tool_calls", "tree", "turns",
+        "_meter", "_phase", "_stop", "_task", "answered_by", "call_id", "cwd", "depth",
+        "history", "instructions", "kit", "last_message", "life", "max_turns", "model",
+        "parent", "recorder", "root", "runtime", "session_id", "source", "started_at",
+        "taking_messages", "token_usage", "tool_calls", "tree", "turns",
     )
+
+    parent: SessionState | None
 
     def __init__(
         self,
@@ -127,9 +96,7 @@ class SessionState:
         self._stop: Stop | None = None  # a top-level task's first stop (a child's: `life`)
         self.last_message: str | None = None  # its last assistant message so far
         # sent while it runs, read before its next call (made at the first message)
-        self._inbox: list[str] | None = list(origin.inbox) if origin.inbox else None
         self.taking_messages = parent is not None  # a queued child reads its inbox first
-        self.mailbox: Callable[[str], Awaitable[bool]] | None = None  # a remote task's inbox
         self._task: asyncio.Task[object] | None = None  # its task, from its first line
         self.started_at = origin.started_at or time.time()
         self.recorder = RolloutRecorder(
@@ -138,12 +105,6 @@ class SessionState:
             runtime.unwritten,
             self.depth,
         )
-        # its event hub: a top-level session's at once, a child's at its first listener
-        # (`events`), so a child nobody hears never has one
-        self._events = EventHub(self.session_id, None, None) if parent is None else None
-        self._events_closed = False  # a hub made after `close_events` is made closed
-        self._subsessions: SubsessionManager | None = None  # made when first asked for
-        self._child_context: ToolContext | None = None
         if kit is None and parent is None and tool_context is None:
             kit = own_kit(config, profile, self.tree, self.cwd, runtime.home,
                           partial(runtime.dispatcher.request_permission, self))
@@ -153,51 +114,19 @@ class SessionState:
         self.answered_by: str | None = None  # the model that answered last, if not `model`
         # a resumed session keeps its first meta
         self._phase = Phase.OPEN if origin.rollout_path is not None else Phase.NEW
-        self._notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
-        self.forked_from = origin.forked_from
-        self.resume_report = origin.resume_report
+        # what few sessions need (children, messages, notes...): made at first use
+        super().__init__(Extras(inbox=list(origin.inbox) or None,
+                                forked_from=origin.forked_from,
+                                resume_report=origin.resume_report)
+                         if origin.inbox or origin.forked_from or origin.resume_report else None,
+                         parent is None)
         self.turns = 0
-        # usage of descendants run by another process (Ray), by id: made when one reports
-        self._elsewhere: dict[str, Usage] | None = None
 
     def __repr__(self) -> str:
         kind = f"child of {self.parent.session_id} depth={self.depth}" if self.parent else "top"
         return f"<Session {self.session_id} {kind} model={self.model!r} {self._phase.value}>"
 
     # -- identity and state, as hosts, the manager and the task loop read them -------------
-    @property
-    def spawned(self) -> SubsessionManager | None:
-        """Its children's manager if it was ever asked for (readers make none)."""
-        return self._subsessions
-
-    @property
-    def events(self) -> EventHub:
-        """Its event hub, chained to its parent's (made at first use)."""
-        hub = self._events
-        if hub is None:
-            parent = self.parent
-            hub = self._events = EventHub(
-                self.session_id, parent.events if parent is not None else None, self.call_id)
-            if self._events_closed:
-                hub.close()
-        return hub
-
-    @property
-    def heard(self) -> bool:
-        """Whether an event of it would reach anyone: its hub's listeners or an ancestor's
-        (asked before an event is built, so a child nobody hears makes no hub)."""
-        hub = self._events
-        if hub is not None:
-            return listening(hub)
-        parent = self.parent
-        return parent is not None and parent.heard
-
-    def close_events(self) -> None:
-        """It has ended: its streams end (a hub made later is made closed)."""
-        self._events_closed = True
-        if self._events is not None:
-            self._events.close()
-
     @property
     def agent_name(self) -> str | None:
         """The profile a child runs (None for a top-level session)."""
@@ -221,19 +150,6 @@ class SessionState:
         """Its limits as clamped at spawn (a root's: its tree's); None when it has none."""
         meter = self._meter
         return None if meter is None or meter.limits.unlimited else meter.limits
-
-    @property
-    def inbox(self) -> list[str]:
-        """Messages sent to it while it runs, read before its next model call."""
-        inbox = self._inbox
-        if inbox is None:
-            inbox = self._inbox = []
-        return inbox
-
-    @property
-    def has_mail(self) -> bool:
-        """A message waits in its inbox (asked without making one)."""
-        return bool(self._inbox)
 
     @property
     def metered(self) -> bool:
@@ -320,13 +236,15 @@ class SessionState:
         )
         if not include_children:
             return own
-        tree = self._subsessions.tree() if self._subsessions is not None else []
+        family = self.spawned
+        tree = family.tree() if family is not None else []
         return Usage.total([own, *(s.usage() for s in tree), *self.remote_usages(),
                             *(u for s in tree for u in s.remote_usages())])
 
     def remote_usages(self) -> Iterable[Usage]:
         """What its descendants run by another process (Ray) reported, one per session."""
-        return () if self._elsewhere is None else self._elsewhere.values()
+        extras = self._extras
+        return () if extras is None or extras.elsewhere is None else extras.elsewhere.values()
 
     @property
     def sandbox_policy(self) -> dict[str, Any]:
@@ -378,15 +296,8 @@ class SessionState:
         if self.parent is not None:
             self.request_stop(error)
         elif running is None:  # an idle top-level session: its running children end
-            if self._subsessions is not None:
-                self._subsessions.stop_all_children(error)
+            family = self.spawned
+            if family is not None:
+                family.stop_all_children(error)
         elif not running.cancelling():  # a host's cancel came first
             self.request_stop(error)
-
-    async def take_message(self, message: str) -> bool:
-        """A message for its running task, read before its next model call; False when the
-        task will not read it any more (a task running elsewhere says so)."""
-        if self.mailbox is not None:
-            return await self.mailbox(message)
-        self.inbox.append(message)
-        return True
