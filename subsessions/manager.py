@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections import Counter
 from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
@@ -22,10 +21,9 @@ from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
 from subsessions.child import Child
+from subsessions.child_book import ChildBook
 from subsessions.children import (
     Cancelled,
-    ChildInfo,
-    ChildStatus,
     Done,
     Ending,
     Failed,
@@ -38,7 +36,6 @@ from subsessions.errors import (
     InvalidArguments,
     SessionBusy,
     SubsessionError,
-    UnknownSession,
     error_text,
 )
 from subsessions.ids import new_session_id
@@ -52,21 +49,16 @@ _spawn_ids = itertools.count(1)
 Record = Child[Member]
 
 
-class SubsessionManager:
+class SubsessionManager(ChildBook[Member]):
     """The children of one session. Limits are counted over the root's whole tree."""
 
-    __slots__ = ("_children", "_kits", "_session", "_settle_one", "_unnoticed")
+    __slots__ = ("_kits", "_session", "_settle_one")
 
     def __init__(self, session: Member) -> None:
+        super().__init__(session)
         self._session = session
-        self._children: dict[str, Record] = {}
         self._kits = Kits(session)  # what siblings of one profile share
-        self._unnoticed: list[Record] = []  # ended children the parent was not told of yet
         self._settle_one = self._settle  # every record's `on_ended` (one bound method)
-
-    def __repr__(self) -> str:
-        counts = Counter(child.status.value for child in self._children.values())
-        return f"<SubsessionManager of {self._session.session_id} {dict(counts)}>"
 
     # -- profiles and tool definitions ------------------------------------------------------
     def profiles(self) -> dict[str, Profile]:
@@ -212,23 +204,6 @@ class SubsessionManager:
         child.release()  # its ending is on disk: what the API reports stays, the history goes
         parent.wake()  # whether to is Session.wake's to decide (wake_on_child_end, idle)
 
-    # -- queries ----------------------------------------------------------------------------
-    def _lookup(self, session_id: str) -> Record:
-        record = self._children.get(session_id) if isinstance(session_id, str) else None
-        if record is None:
-            raise UnknownSession(str(session_id))
-        return record
-
-    def status(self, session_id: str) -> ChildStatus:
-        return self._lookup(session_id).status
-
-    def info(self, session_id: str) -> ChildInfo:
-        return self._lookup(session_id).info()
-
-    def children(self) -> list[ChildInfo]:
-        """Every child of this session, oldest first."""
-        return [child.info() for child in self._children.values()]
-
     def adopt_ended(self, session_id: str, state: Ending, ended_at: float | None,
                     body: Callable[[Record], Member]) -> None:
         """Know a child that ended in an earlier run (resume): it can be waited for."""
@@ -246,18 +221,6 @@ class SubsessionManager:
             if family is not None:
                 found.extend(family.tree())
         return found
-
-    def forget(self, session_id: str) -> None:
-        """Drop an ended child that nobody will ask about again (a batch's, once its ending
-        is journaled): a million of them are not kept. Its rollout stays on disk."""
-        record = self._lookup(session_id)
-        if not record.settled:
-            raise SessionBusy(session_id, "is running; only an ended child can be forgotten")
-        del self._children[session_id]
-        self._session.runtime.dispatcher.forget_child(session_id)
-
-    def running(self) -> list[str]:
-        return [cid for cid, child in self._children.items() if not child.settled]
 
     # -- waiting and cancelling -------------------------------------------------------------
     def wait_child(
@@ -280,14 +243,6 @@ class SubsessionManager:
     async def wait_all(self, session_ids: list[str], timeout: float | None = None) -> WaitResult:
         """Return once every child has ended, or at the timeout with what has ended so far."""
         return await waits.wait_many(self._children, session_ids, timeout, every=True)
-
-    @property
-    def has_children(self) -> bool:
-        return bool(self._children)
-
-    @property
-    def has_notices(self) -> bool:
-        return bool(self._unnoticed)
 
     # -- composition ------------------------------------------------------------------------
     async def run_parallel(
@@ -320,14 +275,6 @@ class SubsessionManager:
             max_concurrency=max_concurrency, budget=budget, resume=resume, cwd=cwd,
             workspace=cwd if inside_workspace else None, call_id=call_id)
 
-    def take_notices(self) -> list[ChildInfo]:
-        """Children that ended unseen since the last call; each is returned once."""
-        notices = [r.info() for r in self._unnoticed if not r.waited]
-        for record in self._unnoticed:
-            record.waited = True
-        self._unnoticed.clear()
-        return notices
-
     async def cancel_child(self, session_id: str) -> bool:
         """Cancel a running child (its children first); False if it had already ended."""
         record = self._lookup(session_id)
@@ -336,10 +283,6 @@ class SubsessionManager:
         record.cancel()
         await asyncio.shield(record.finished)  # a cancelled caller leaves the ending alone
         return isinstance(record.outcome, Cancelled)
-
-    def mark_seen(self, session_id: str) -> None:
-        """The model learned how this child ended (e.g. from cancel_session): no notice."""
-        self._lookup(session_id).waited = True
 
     async def abort_all_children(self, budget: BudgetExhausted | None = None) -> None:
         """Cancel every running child and wait until each has settled (with `budget`, they
