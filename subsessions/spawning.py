@@ -12,13 +12,11 @@ from typing import Any, Protocol
 
 from subsessions.budget import Budget
 from subsessions.child import Child
-from subsessions.children import Stop
 from subsessions.config import SessionConfig, Tool, as_child_config
 from subsessions.dispatch import Caller, call_maybe_async
-from subsessions.errors import BudgetExhausted, InvalidArguments, SpawnDenied, error_text
+from subsessions.errors import InvalidArguments, SpawnDenied, error_text
 from subsessions.kit import Kit
 from subsessions.loop import Settles
-from subsessions.models.base import TokenUsage
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts.recorder import RolloutRecorder
 from subsessions.runtime import Runtime
@@ -39,15 +37,11 @@ class Member(Caller, Protocol):
     depth: int
     model: str
     @property
-    def heard(self) -> bool: ...  # an event of it would reach a listener (it or above)
-    @property
     def is_child(self) -> bool: ...
     @property
     def ended(self) -> bool: ...  # a child whose one task has written its ending
     @property
-    def started(self) -> bool: ...
-    @property
-    def wrote_meta(self) -> bool: ...
+    def wrote_meta(self) -> bool: ...  # its rollout has its session_meta
     runtime: Runtime
     tree: SessionTree
     recorder: RolloutRecorder
@@ -57,17 +51,9 @@ class Member(Caller, Protocol):
     def spawned(self) -> Family | None: ...  # its children, if it ever had any
     @property
     def answering_model(self) -> str: ...
-    token_usage: TokenUsage
-    @property
-    def tool_calls(self) -> int: ...
-    turns: int
-    @property
-    def stop(self) -> Stop | None: ...
     last_message: str | None
     @property
     def budget(self) -> Budget | None: ...
-    @property
-    def inbox(self) -> list[str]: ...
     taking_messages: bool
 
     async def take_message(self, message: str) -> bool: ...
@@ -76,8 +62,6 @@ class Member(Caller, Protocol):
     def tools(self) -> tuple[Tool, ...]: ...
     def usage(self, include_children: bool = False) -> Usage: ...
     def remote_usages(self) -> Iterable[Usage]: ...  # of descendants run by another process
-    def request_stop(self, budget: BudgetExhausted | None = None, *,
-                     deliver: bool = True) -> bool: ...
     def cancel_task(self) -> None: ...
     def write_meta(self) -> None: ...
     def close_events(self) -> None: ...  # it has ended: its streams end

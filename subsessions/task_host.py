@@ -11,11 +11,18 @@ from subsessions.kit import Kit
 from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
 from subsessions.models.base import TokenUsage
-from subsessions.spawning import Member
+from subsessions.rollouts.recorder import RolloutRecorder
+from subsessions.task_hooks import Hooked
+from subsessions.usage import Usage
 
 
-class TaskHost(Member, Protocol):
+class TaskHost(Hooked, Protocol):
     """What a task needs of its session (and may change: history, counters)."""
+
+    recorder: RolloutRecorder
+    model: str
+    depth: int
+    def usage(self, include_children: bool = False) -> Usage: ...
 
     kit: Kit
     tool_calls: int  # function calls run (the session's usage)
