@@ -1,9 +1,9 @@
 """The task loop: one task of a session, from the user's prompt to exactly one ending.
 
-Model turns, tool calls (host tools, the engine's own tools and the profile allowlist
-meet in `call_tool`), notices of children that ended
-unseen, token counts, the hosts' hooks around the task; and the one terminal record on
-every path. The session keeps identity and state; this module is what a task does to it.
+Model turns, tool calls (host tools, the engine's own tools and the profile allowlist meet
+in `call_tool`), notices of children that ended unseen, token counts, the hosts' hooks
+around the task; and the one terminal record on every path. The session keeps identity and
+state; this module is what a task does to it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from subsessions.children import CANCELLED, Done, Ending, Failed
 from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBSESSION_TOOL_NAMES
@@ -45,6 +45,9 @@ from subsessions.task_hooks import announce_end, budget_limited, prompt_hooks
 from subsessions.task_host import TaskHost
 from subsessions.tools.schema import check_arguments, parse_arguments
 
+if TYPE_CHECKING:  # the [otel] extra
+    from subsessions.otel.tracing import TaskSpan
+
 
 class InProcess:
     """The default backend: a session's task runs here, in this event loop."""
@@ -61,23 +64,15 @@ IN_PROCESS = InProcess()
 
 async def run(host: TaskHost, prompt: str, first: bool | None,
               settles: Settles | None = None) -> str | None:
-    """Run one task; exactly one terminal record is written, however it ends. A child's
-    task (`settles`: its record) is claimed at its first line (`first` None) and, as
-    `loop.run_child` does, settles in its parent from this frame's own `finally` once its
-    ending is on disk (one coroutine frame, not two)."""
+    """Run one task, in one coroutine frame; exactly one terminal record is written, however
+    it ends. A child's task (`settles`: its record) is claimed at its first line (`first`
+    None) and settles in its parent from this frame's `finally`, its ending on disk."""
     outcome: Ending = CANCELLED  # how it ended, as its parent records it (`settles`)
     try:
         if first is None:
             first = host.claim()
-        if first and host.heard:  # at its first task, where a listener (or parent) can see it
-            emit(host.events, "session.start", {"session_id": host.session_id,
-                                                "source": host.source})
         record = host.recorder
-        approval = "never" if host.is_child else host.config.approval
-        turn_id, started = new_session_id(), time.time()
-        record.record("turn_context", records.turn_context(
-            turn_id, host.cwd, approval, host.sandbox_policy, host.model))
-        record.event(records.task_started(turn_id, started))
+        turn_id, started = _begin(host, first)
         # Exactly one ending, on every path: children are ended first (a cancelled task's
         # children, and any child's children, since nobody could wait for them any more), and
         # a cancel landing meanwhile makes it an abort.
@@ -102,8 +97,24 @@ async def run(host: TaskHost, prompt: str, first: bool | None,
                 _tell(host, host.inbox.pop(0))
             _tell(host, prompt)
             host.taking_messages = True
-            try:
-                answer = await _turns(host)
+            try:  # the turns, in this frame (one coroutine a task): a model call, then the
+                # tools it asks for, until it answers without asking for one
+                record.flush()  # the task's head reaches the file before the first call
+                tool_choice = host.config.tool_choice  # then auto, once a tool was called
+                for _ in range(host.max_turns):
+                    request = _request(host, tool_choice)
+                    responding = host.tree.respond(host, host.runtime.model_client, request)
+                    answer, calls = _answered(host, await (
+                        responding if tracer is None else tracer.chat(host, request, responding)))
+                    if not calls:  # done, unless a message came or its children are awaited
+                        if host.has_mail or await children_at_turn_end(host):
+                            continue
+                        break
+                    tool_choice = "auto"  # (map: a closure over `host` is a cell a frame)
+                    _took(host, [await call_tool(host, calls[0])] if len(calls) == 1 else
+                          await asyncio.gather(*map(call_tool, repeat(host), calls)))
+                else:
+                    raise MaxTurnsExceeded(host.max_turns)
             finally:
                 host.taking_messages = False
             ending = records.completed(turn_id, started, answer)
@@ -135,12 +146,7 @@ async def run(host: TaskHost, prompt: str, first: bool | None,
             finally:
                 if cancelled:
                     ending = records.cancelled(turn_id, started, _cancelled_by(host))
-                for event in ending:
-                    record.event(event)
-                host.task_ended()
-                if traced is not None:
-                    traced.end(host, ending[-1])
-                announce_end(host, ending[-1])
+                _end(host, ending, traced)
         outcome = Done(answer)
         return answer
     except asyncio.CancelledError:
@@ -151,6 +157,28 @@ async def run(host: TaskHost, prompt: str, first: bool | None,
     finally:
         if settles is not None:
             settle_when_written(host.recorder, settles, outcome)
+
+
+def _begin(host: TaskHost, first: bool) -> tuple[str, float]:
+    """A task's first records (its session's start at its first task): its turn's id, start."""
+    if first and host.heard:  # where a listener (or its parent) can see it
+        emit(host.events, "session.start", {"session_id": host.session_id, "source": host.source})
+    approval = "never" if host.is_child else host.config.approval
+    turn_id, started = new_session_id(), time.time()
+    host.recorder.record("turn_context", records.turn_context(
+        turn_id, host.cwd, approval, host.sandbox_policy, host.model))
+    host.recorder.event(records.task_started(turn_id, started))
+    return turn_id, started
+
+
+def _end(host: TaskHost, ending: list[dict[str, Any]], traced: TaskSpan | None) -> None:
+    """A task's terminal records, then what hears of its end (its span, events, hooks)."""
+    for event in ending:
+        host.recorder.event(event)
+    host.task_ended()
+    if traced is not None:
+        traced.end(host, ending[-1])
+    announce_end(host, ending[-1])
 
 
 def _tell(host: TaskHost, prompt: str) -> None:
@@ -203,74 +231,63 @@ def _last_answer(host: TaskHost, since: int) -> str | None:
     return None
 
 
-async def _turns(host: TaskHost) -> str | None:
-    client = host.runtime.model_client
-    tracer = host.runtime.tracer
+def _request(host: TaskHost, tool_choice: Any) -> ModelRequest:
+    """The next model call: notices of children that ended unseen and messages sent
+    meanwhile join the history first."""
+    family = host.spawned
+    if family is not None and family.has_notices:
+        deliver_notices(host, family)
+    while host.has_mail:  # sent while it ran: read before this model call
+        _tell(host, host.inbox.pop(0))
+    request = ModelRequest(
+        session_id=host.session_id,
+        model=host.model,
+        instructions=host.instructions,
+        items=tuple(host.history),
+        tools=host.kit.specs(),
+        fallback_models=host.kit.fallback_models,
+        tool_choice=tool_choice,
+    )
+    host.turns += 1
+    return request
+
+
+def _answered(host: TaskHost, response: ModelResponse) -> tuple[str | None, list[Item]]:
+    """A model's answer joins the history and the rollout, and is counted (against its
+    budget too): its last assistant message, and the function calls it asks for."""
     recorder = host.recorder
-    # The head of the task goes to the writer before the first model call, so the file
-    # exists while the session works; later lines follow with the runtime's periodic flush.
-    recorder.flush()
-    tool_choice = host.config.tool_choice  # until a tool is called, then auto (so it can end)
-    for _ in range(host.max_turns):
-        family = host.spawned
-        if family is not None and family.has_notices:
-            deliver_notices(host, family)
-        while host.has_mail:  # sent while it ran: read before this model call
-            _tell(host, host.inbox.pop(0))
-        request = ModelRequest(
-            session_id=host.session_id,
-            model=host.model,
-            instructions=host.instructions,
-            items=tuple(host.history),
-            tools=host.kit.specs(),
-            fallback_models=host.kit.fallback_models,
-            tool_choice=tool_choice,
-        )
-        host.turns += 1
-        responding = host.tree.respond(host, client, request)
-        response: ModelResponse = await (responding if tracer is None
-                                         else tracer.chat(host, request, responding))
-        answered = response.model or host.model
-        if answered not in (host.model, host.answered_by):
-            recorder.event(records.background(
-                f"model {host.model} did not answer; {answered} answered"
-            ))
-        host.answered_by = answered
-        answer: str | None = None
-        calls: list[Item] = []
-        for item in response.output:
-            problem = output_problem(item)
-            if problem is not None:
-                raise ModelError(f"malformed model output ({problem}): {item!r:.200}")
-            host.history.append(item)
-            recorder.record("response_item", item)
-            if is_assistant_message(item):
-                answer = host.last_message = message_text(item)
-                recorder.event({"type": "agent_message", "message": answer})
-                if host.heard:
-                    emit(host.events, "assistant.message", {"content": answer})
-            elif item.get("type") == "function_call":
-                calls.append(item)
-        _count(host, response.usage)
-        if host.metered and (reached := host.meter.charge(
-                response.usage.total_tokens, bool(calls) or host.has_mail)) is not None:
-            _check(host, reached)
-        if not calls:
-            if host.has_mail:  # a message came while it answered: one more turn reads it
-                continue
-            if await children_at_turn_end(host):
-                continue
-            return answer
-        tool_choice = "auto"
-        if len(calls) == 1:
-            outputs = [await call_tool(host, calls[0])]
-        else:
-            # (no closure over `host`: a cell in every task's frame)
-            outputs = await asyncio.gather(*map(call_tool, repeat(host), calls))
-        for output in outputs:
-            host.history.append(output)
-            recorder.record("response_item", output)
-    raise MaxTurnsExceeded(host.max_turns)
+    answered = response.model or host.model
+    if answered not in (host.model, host.answered_by):
+        recorder.event(records.background(
+            f"model {host.model} did not answer; {answered} answered"
+        ))
+    host.answered_by = answered
+    answer: str | None = None
+    calls: list[Item] = []
+    for item in response.output:
+        problem = output_problem(item)
+        if problem is not None:
+            raise ModelError(f"malformed model output ({problem}): {item!r:.200}")
+        host.history.append(item)
+        recorder.record("response_item", item)
+        if is_assistant_message(item):
+            answer = host.last_message = message_text(item)
+            recorder.event({"type": "agent_message", "message": answer})
+            if host.heard:
+                emit(host.events, "assistant.message", {"content": answer})
+        elif item.get("type") == "function_call":
+            calls.append(item)
+    _count(host, response.usage)
+    if host.metered and (reached := host.meter.charge(
+            response.usage.total_tokens, bool(calls) or host.has_mail)) is not None:
+        _check(host, reached)
+    return answer, calls
+
+
+def _took(host: TaskHost, outputs: list[Item]) -> None:
+    for output in outputs:
+        host.history.append(output)
+        host.recorder.record("response_item", output)
 
 
 def _count(host: TaskHost, usage: TokenUsage) -> None:
