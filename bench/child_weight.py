@@ -77,7 +77,10 @@ async def subject(folder: Path, n: int) -> None:
         before = _snapshot()
         ids = [await parent.subsessions.spawn_child("mathematician", PROMPT) for _ in range(n)]
         await all_waiting.wait()
-        await asyncio.sleep(0.3)  # the heads reach the writer
+        # the heads reach the disk: the writer takes its queue in order, so the parent's
+        # durable flush resolves once every child's head before it is written (a fixed
+        # sleep left the writer's backlog of 10,000 heads in the figures on a slow disk)
+        await parent.flush_durable()
         _report("subsessions child", n, before, _snapshot())
         gate.set()
         await parent.subsessions.wait_all(ids)

@@ -5,18 +5,14 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
 
 import orjson
-from attrs import define, field, frozen
+from attrs import frozen
 
 from subsessions.budget import Budget
 from subsessions.errors import (
     BudgetExhausted,
-    ChildCancelled,
-    ChildFailed,
-    ChildNotFinished,
     InvalidArguments,
     error_text,
 )
@@ -57,7 +53,7 @@ Stop = Cancel | BudgetExhausted  # the first stop asked of a task: how it is to 
 
 @frozen
 class Pending:
-    """Running (its task owned by the runtime; a stop reaches it through the child)."""
+    """Running, or waiting in its tree's queue (a `Child` with no outcome yet)."""
 
 
 @frozen
@@ -75,19 +71,12 @@ class Cancelled:
     pass
 
 
-@frozen
-class Queued(Pending):
-    """Waiting in its tree's queue: no task, no rollout yet. A cancel `withdraw`s it."""
-
-    withdraw: Callable[[], None]
-
-
 PENDING = Pending()
 CANCELLED = Cancelled()  # frozen: every cancelled child can share this one
 ChildState = Pending | Done | Failed | Cancelled
 Ending = Done | Failed | Cancelled
-STATUS_OF = {Queued: ChildStatus.QUEUED, Pending: ChildStatus.PENDING, Done: ChildStatus.DONE,
-             Failed: ChildStatus.FAILED, Cancelled: ChildStatus.CANCELLED}
+STATUS_OF = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: ChildStatus.FAILED,
+             Cancelled: ChildStatus.CANCELLED}
 # the CLI's (and list_sessions') words for a child's state
 STATUS_WORDS = {ChildStatus.QUEUED: "queued", ChildStatus.PENDING: "running",
                 ChildStatus.CANCELLING: "running", ChildStatus.DONE: "completed",
@@ -159,168 +148,6 @@ class ChildInfo:
         if status is ChildStatus.CANCELLED:
             return {"status": status.word, "error": "cancelled"}
         return {"status": status.word}
-
-
-class ChildSession(Protocol):
-    """What a child record needs of the session it tracks."""
-
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def agent_name(self) -> str | None: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def started_at(self) -> float: ...
-    @property
-    def rollout_path(self) -> str: ...
-    @property
-    def answering_model(self) -> str: ...
-    @property
-    def call_id(self) -> str | None: ...  # the call that spawned it
-    @property
-    def stop(self) -> Stop | None: ...  # the first stop asked of its current task
-    last_message: str | None
-    @property
-    def budget(self) -> Budget | None: ...
-    taking_messages: bool  # its task will read sent messages before another model call
-
-    def usage(self, include_children: bool = False) -> Usage: ...
-    def request_stop(self, budget: BudgetExhausted | None = None, *,
-                     deliver: bool = True) -> bool: ...
-
-
-S = TypeVar("S", bound=ChildSession)
-
-
-@define(eq=False, repr=False)
-class ChildRecord(Generic[S]):
-    """One child as its parent knows it. `settle` is the one terminal transition.
-
-    The status is derived from the state alone (plus the child's stop while pending);
-    `finished` resolves at the settle, so waiters and the state never disagree.
-    """
-
-    session: S
-    _state: ChildState
-    ended_at: float | None = None
-    waiters: int = 0  # waits in progress: an ending they see needs no notice
-    waited: bool = False  # the parent has been told how this child ended
-    finished: asyncio.Future[None] = field(init=False)
-    # how its parent settles it once its ending is on disk (`ended`): one bound method of
-    # the parent's manager, shared by all its records
-    on_ended: Callable[[ChildRecord[S], Ending], None] = field(
-        default=lambda record, outcome: record.settle(outcome), kw_only=True)
-
-    def __attrs_post_init__(self) -> None:
-        self.finished = asyncio.get_running_loop().create_future()
-        if not isinstance(self._state, Pending):
-            self.finished.set_result(None)
-
-    def __repr__(self) -> str:
-        return f"<ChildRecord {self.session.session_id} {self.status.value}>"
-
-    @property
-    def state(self) -> ChildState:
-        return self._state
-
-    @property
-    def status(self) -> ChildStatus:
-        if type(self._state) is Pending and self.session.stop is not None:
-            return ChildStatus.CANCELLING
-        return STATUS_OF[type(self._state)]
-
-    def cancel(self, budget: BudgetExhausted | None = None, *, deliver: bool = True) -> bool:
-        """Stop a running child: the child's `request_stop` (first stop wins); nothing
-        once it has settled."""
-        state = self._state
-        if isinstance(state, Queued):
-            state.withdraw()
-            return True
-        if not isinstance(state, Pending):
-            return False
-        return self.session.request_stop(budget, deliver=deliver)
-
-    def dequeued(self) -> None:
-        """Its turn in the queue came: it starts (pending)."""
-        if not isinstance(self._state, Queued):
-            raise RuntimeError(f"child {self.session.session_id} is not queued")
-        self._state = PENDING
-
-    def restart(self) -> None:
-        """An ended child runs a follow-up task: a new pending state and a new ending."""
-        if isinstance(self._state, Pending):
-            raise RuntimeError(f"child {self.session.session_id} is running")
-        self._state = PENDING
-        self.ended_at = None
-        self.waited = False
-        self.finished = asyncio.get_running_loop().create_future()
-
-    @property
-    def accepting(self) -> bool:
-        """Running and not ending: a message sent now is read before its next model call."""
-        return (isinstance(self._state, Pending) and self.session.stop is None
-                and self.session.taking_messages)
-
-    def ended(self, outcome: Ending) -> None:
-        """The child's task has written its ending: its parent settles it (`on_ended`)."""
-        self.on_ended(self, outcome)
-
-    def settle(self, outcome: Ending) -> None:
-        """The child's one ending; a second raises (exactly one ending per child)."""
-        if not isinstance(self._state, Pending):
-            raise RuntimeError(f"child {self.session.session_id} has ended already")
-        self._state = outcome
-        self.ended_at = time.time()
-        self.finished.set_result(None)
-
-    def result(self) -> str | None:
-        """An ended child's last message, or the error of how it did not complete."""
-        state = self._state
-        if isinstance(state, Done):
-            return state.result
-        if isinstance(state, Failed):
-            raise ChildFailed(self.session.session_id, state.error)
-        if isinstance(state, Cancelled):
-            raise ChildCancelled(self.session.session_id)
-        raise ChildNotFinished(self.session.session_id)
-
-    def ending_data(self) -> dict[str, Any]:
-        """The `subagent.completed` / `subagent.failed` payload: built only for listeners."""
-        child, state = self.session, self._state
-        ended = self.ended_at or time.time()
-        usage = child.usage()
-        data: dict[str, Any] = {
-            "tool_call_id": child.call_id, "agent_name": child.agent_name,
-            "remote_session_id": child.session_id, "model": child.model,
-            "total_tokens": usage.total_tokens, "total_tool_calls": usage.tool_calls,
-            "turns": usage.turns, "duration_ms": round((ended - child.started_at) * 1000),
-        }
-        if not isinstance(state, Done):
-            data["error"] = state.error if isinstance(state, Failed) else "cancelled"
-            data["cancelled"] = isinstance(state, Cancelled)
-        return data
-
-    def info(self) -> ChildInfo:
-        state = self._state
-        session = self.session
-        return ChildInfo(
-            session_id=session.session_id,
-            session_type=session.agent_name or "custom",
-            status=self.status,
-            model=session.model,
-            # a failed child's last message stays readable (a budget stopped it mid-work)
-            result=state.result if isinstance(state, Done) else (
-                session.last_message if isinstance(state, Failed) else None),
-            error=state.error if isinstance(state, Failed) else None,
-            started_at=session.started_at,
-            ended_at=self.ended_at,
-            rollout_path=session.rollout_path,
-            usage=session.usage(),
-            answering_model=session.answering_model,
-            last_message=session.last_message,
-            budget=session.budget,
-        )
 
 
 @frozen

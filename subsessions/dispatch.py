@@ -79,11 +79,21 @@ class Dispatcher(Generic[H]):
         self._registered: dict[str, H] = {}
         self.child_to_parent: dict[str, str] = {}
         self.child_to_agent: dict[str, Profile] = {}
-        self.subagent_instances: dict[str, dict[str, SubagentInstance]] = {}
+        # each running child by its parent and call: a plain tuple (agent, child, started)
+        # until asked for, which the cyclic collector does not track
+        self._instances: dict[str, dict[str, tuple[str, str, float]]] = {}
         self._pending: dict[str, tuple[Caller, asyncio.Future[str]]] = {}
         self._request_ids = itertools.count(1)
 
     # -- registry and maps ------------------------------------------------------------------
+    @property
+    def subagent_instances(self) -> dict[str, dict[str, SubagentInstance]]:
+        """Each running child by its parent's id and the call that spawned it (a copy)."""
+        with self._lock:
+            return {parent: {call: SubagentInstance(name, call, child, started)
+                             for call, (name, child, started) in calls.items()}
+                    for parent, calls in self._instances.items()}
+
     def register(self, session: H) -> None:
         with self._lock:
             self._registered[session.session_id] = session
@@ -104,22 +114,22 @@ class Dispatcher(Generic[H]):
                 self.child_to_parent.pop(child, None)
                 self.child_to_agent.pop(child, None)
             for parent in gone:
-                self.subagent_instances.pop(parent, None)
+                self._instances.pop(parent, None)
 
     def clear(self) -> None:
         with self._lock:
             self._registered.clear()
             self.child_to_parent.clear()
             self.child_to_agent.clear()
-            self.subagent_instances.clear()
+            self._instances.clear()
 
     def child_started(self, parent: Caller, child: Caller, call_id: str) -> None:
         agent = child.profile or Profile(name="custom")
         with self._lock:
             self.child_to_parent[child.session_id] = parent.session_id
             self.child_to_agent[child.session_id] = agent
-            self.subagent_instances.setdefault(parent.session_id, {})[call_id] = (
-                SubagentInstance(agent.name, call_id, child.session_id, child.started_at)
+            self._instances.setdefault(parent.session_id, {})[call_id] = (
+                agent.name, child.session_id, child.started_at
             )
         if listening(parent.events):
             emit(parent.events, "subagent.started", {
@@ -139,7 +149,7 @@ class Dispatcher(Generic[H]):
     ) -> None:
         """Only the instance record goes: late requests from the child still resolve."""
         with self._lock:
-            instances = self.subagent_instances.get(parent.session_id)
+            instances = self._instances.get(parent.session_id)
             if instances is not None:
                 instances.pop(child.call_id or "", None)
         if listening(parent.events):

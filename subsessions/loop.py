@@ -47,11 +47,17 @@ async def run_child(child: ChildTask, prompt: str, record: Settles) -> str | Non
         outcome = Failed(error_text(exc))
         raise
     finally:
-        written = partial(_settle, record, outcome)
-        try:
-            child.recorder.flush_then(written)
-        except RuntimeError:  # the writer is closed: nothing more can reach the disk
-            written(None)
+        settle_when_written(child.recorder, record, outcome)
+
+
+def settle_when_written(recorder: RolloutRecorder, record: Settles, outcome: Ending) -> None:
+    """`record` gets `outcome` once what `recorder` holds is on disk (a result that never
+    reached the disk fails)."""
+    written = partial(_settle, record, outcome)
+    try:
+        recorder.flush_then(written)
+    except RuntimeError:  # the writer is closed: nothing more can reach the disk
+        written(None)
 
 
 def _settle(record: Settles, outcome: Ending, unwritten: Exception | None) -> None:

@@ -1,9 +1,9 @@
 """SubsessionManager: one per session; spawns, tracks, waits for and cancels its children.
 
-The manager never builds a session: it asks its owner (`new_child`), and it is typed
-against the `Member` protocol (spawning.py), what it needs of its owner and of the children.
-Tree-wide limits and profiles live in the owner's `SessionTree`; each child's one
-ending in its `ChildRecord`.
+The manager never builds a session: it makes each child's `Child` record and asks its
+owner for the child's body (`new_child`); it is typed against the `Member` protocol
+(spawning.py). Tree-wide limits and profiles live in the owner's `SessionTree`; each
+child's life (its stop, its one ending) in its `Child`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,13 @@ from subsessions import composition, waits
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
+from subsessions.child import Child
+from subsessions.child_book import ChildBook
 from subsessions.children import (
-    PENDING,
     Cancelled,
-    ChildInfo,
-    ChildRecord,
-    ChildStatus,
     Done,
     Ending,
     Failed,
-    Queued,
     RunResult,
     WaitResult,
 )
@@ -40,35 +36,29 @@ from subsessions.errors import (
     InvalidArguments,
     SessionBusy,
     SubsessionError,
-    UnknownSession,
     error_text,
 )
+from subsessions.ids import new_session_id
 from subsessions.kit import Kit
-from subsessions.loop import run_child
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.spawning import Kits, Member, consent
 from subsessions.tree import Reservation
 
 _spawn_ids = itertools.count(1)
-Record = ChildRecord[Member]
+Record = Child[Member]
 
 
-class SubsessionManager:
+class SubsessionManager(ChildBook[Member]):
     """The children of one session. Limits are counted over the root's whole tree."""
 
-    __slots__ = ("_children", "_kits", "_session", "_settle_one", "_unnoticed")
+    __slots__ = ("_kits", "_session", "_settle_one")
 
     def __init__(self, session: Member) -> None:
+        super().__init__(session)
         self._session = session
-        self._children: dict[str, Record] = {}
         self._kits = Kits(session)  # what siblings of one profile share
-        self._unnoticed: list[Record] = []  # ended children the parent was not told of yet
         self._settle_one = self._settle  # every record's `on_ended` (one bound method)
-
-    def __repr__(self) -> str:
-        counts = Counter(child.status.value for child in self._children.values())
-        return f"<SubsessionManager of {self._session.session_id} {dict(counts)}>"
 
     # -- profiles and tool definitions ------------------------------------------------------
     def profiles(self) -> dict[str, Profile]:
@@ -115,15 +105,23 @@ class SubsessionManager:
         with await tree.reserve(parent.depth) as place:  # given back if it fails
             if not parent.is_child:  # a top-level rollout starts with its first task or child
                 parent.write_meta()
-            record = Record(parent.new_child(kit, call_id, budget), PENDING,
-                            on_ended=self._settle_one)
+            record = self._child(kit, call_id, budget)
             self._launch(record, prompt, place)
-        return record.session.session_id
+        return record.session_id
+
+    def _child(self, kit: Kit, call_id: str, budget: Budget | None,
+               session_id: str | None = None, *, queued: bool = False) -> Record:
+        """A child's record, then its body (a requeued child keeps its id)."""
+        child_id = session_id or new_session_id()
+        record: Record = Child(child_id, self._settle_one,
+                               withdraw=partial(self._withdraw, child_id) if queued else None)
+        record.body = self._session.new_child(record, kit, call_id, budget)
+        return record
 
     def _launch(self, record: Record, prompt: str, place: Reservation) -> None:
-        parent, child = self._session, record.session
+        parent, child = self._session, record.body
         runtime = parent.runtime
-        runtime.spawn_task(run_child(child, prompt, record), f"subsession-{child.session_id}")
+        runtime.spawn_task(child.run_child(prompt, record), f"subsession-{child.session_id}")
         place.commit()
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
@@ -143,10 +141,8 @@ class SubsessionManager:
         parent = self._session
         if not parent.is_child:
             parent.write_meta()
-        child = parent.new_child(kit, call_id, budget, session_id)
-        child_id = child.session_id
-        record = Record(child, Queued(partial(self._withdraw, child_id)),
-                        on_ended=self._settle_one)
+        record = self._child(kit, call_id, budget, session_id, queued=True)
+        child, child_id = record.body, record.session_id
         parent.tree.enqueue(child_id, partial(self._dequeued, record, prompt))
         self._children[child_id] = record
         parent.recorder.event({**records.background(f"queued child session {child_id}"),
@@ -188,8 +184,7 @@ class SubsessionManager:
         parent = self._session
         if started:
             parent.tree.child_ended()
-        child = record.session
-        child_id = child.session_id
+        child, child_id = record.body, record.session_id
         if isinstance(outcome, Done):
             message = f"child session {child_id} completed"
         elif isinstance(outcome, Failed):
@@ -209,50 +204,23 @@ class SubsessionManager:
         child.release()  # its ending is on disk: what the API reports stays, the history goes
         parent.wake()  # whether to is Session.wake's to decide (wake_on_child_end, idle)
 
-    # -- queries ----------------------------------------------------------------------------
-    def _lookup(self, session_id: str) -> Record:
-        record = self._children.get(session_id) if isinstance(session_id, str) else None
-        if record is None:
-            raise UnknownSession(str(session_id))
-        return record
-
-    def status(self, session_id: str) -> ChildStatus:
-        return self._lookup(session_id).status
-
-    def info(self, session_id: str) -> ChildInfo:
-        return self._lookup(session_id).info()
-
-    def children(self) -> list[ChildInfo]:
-        """Every child of this session, oldest first."""
-        return [child.info() for child in self._children.values()]
-
-    def adopt_ended(self, child: Member, state: Ending, ended_at: float | None) -> None:
+    def adopt_ended(self, session_id: str, state: Ending, ended_at: float | None,
+                    body: Callable[[Record], Member]) -> None:
         """Know a child that ended in an earlier run (resume): it can be waited for."""
-        child.release()  # run again, it reloads its history from its rollout
-        self._children[child.session_id] = Record(child, state, ended_at=ended_at,
-                                                  on_ended=self._settle_one)
+        record: Record = Child(session_id, self._settle_one, state, ended_at=ended_at)
+        record.body = body(record)
+        record.body.release()  # run again, it reloads its history from its rollout
+        self._children[session_id] = record
 
     def tree(self) -> list[Member]:
         """Every descendant session, depth first."""
         found: list[Member] = []
         for child in self._children.values():
-            found.append(child.session)
-            family = child.session.spawned
+            found.append(child.body)
+            family = child.body.spawned
             if family is not None:
                 found.extend(family.tree())
         return found
-
-    def forget(self, session_id: str) -> None:
-        """Drop an ended child that nobody will ask about again (a batch's, once its ending
-        is journaled): a million of them are not kept. Its rollout stays on disk."""
-        record = self._lookup(session_id)
-        if not record.finished.done():
-            raise SessionBusy(session_id, "is running; only an ended child can be forgotten")
-        del self._children[session_id]
-        self._session.runtime.dispatcher.forget_child(session_id)
-
-    def running(self) -> list[str]:
-        return [cid for cid, child in self._children.items() if not child.finished.done()]
 
     # -- waiting and cancelling -------------------------------------------------------------
     def wait_child(
@@ -275,14 +243,6 @@ class SubsessionManager:
     async def wait_all(self, session_ids: list[str], timeout: float | None = None) -> WaitResult:
         """Return once every child has ended, or at the timeout with what has ended so far."""
         return await waits.wait_many(self._children, session_ids, timeout, every=True)
-
-    @property
-    def has_children(self) -> bool:
-        return bool(self._children)
-
-    @property
-    def has_notices(self) -> bool:
-        return bool(self._unnoticed)
 
     # -- composition ------------------------------------------------------------------------
     async def run_parallel(
@@ -315,26 +275,14 @@ class SubsessionManager:
             max_concurrency=max_concurrency, budget=budget, resume=resume, cwd=cwd,
             workspace=cwd if inside_workspace else None, call_id=call_id)
 
-    def take_notices(self) -> list[ChildInfo]:
-        """Children that ended unseen since the last call; each is returned once."""
-        notices = [r.info() for r in self._unnoticed if not r.waited]
-        for record in self._unnoticed:
-            record.waited = True
-        self._unnoticed.clear()
-        return notices
-
     async def cancel_child(self, session_id: str) -> bool:
         """Cancel a running child (its children first); False if it had already ended."""
         record = self._lookup(session_id)
-        if record.finished.done():
+        if record.settled:
             return False
         record.cancel()
         await asyncio.shield(record.finished)  # a cancelled caller leaves the ending alone
-        return isinstance(record.state, Cancelled)
-
-    def mark_seen(self, session_id: str) -> None:
-        """The model learned how this child ended (e.g. from cancel_session): no notice."""
-        self._lookup(session_id).waited = True
+        return isinstance(record.outcome, Cancelled)
 
     async def abort_all_children(self, budget: BudgetExhausted | None = None) -> None:
         """Cancel every running child and wait until each has settled (with `budget`, they
@@ -348,7 +296,7 @@ class SubsessionManager:
     async def outlast(self) -> None:
         """Until every running child has ended, without seeing them: their notices stay for
         the parent's next model call (`children_at_turn_end="wait"`)."""
-        pending = [r.finished for r in self._children.values() if not r.finished.done()]
+        pending = [r.finished for r in self._children.values() if not r.settled]
         if pending:
             await asyncio.wait(pending)
 
@@ -356,7 +304,7 @@ class SubsessionManager:
     def stop_all_children(self, budget: BudgetExhausted | None) -> list[Record]:
         """Deliver a cancel (or a budget stop) to every running child; they end by
         themselves, each with its one ending."""
-        pending = [child for child in self._children.values() if not child.finished.done()]
+        pending = [child for child in self._children.values() if not child.settled]
         for child in pending:
             child.cancel(budget)
         return pending
@@ -369,9 +317,9 @@ class SubsessionManager:
         if not isinstance(message, str) or not message.strip():
             raise InvalidArguments("send_message", "message must be a non-empty string")
         while True:
-            if record.accepting and await record.session.take_message(message):
+            if record.accepting and await record.body.take_message(message):
                 return "queued"
-            if not record.finished.done():  # ending now: the message starts what follows
+            if not record.settled:  # ending now: the message starts what follows
                 await asyncio.wait((record.finished,))
                 continue
             self._follow_up(record, message)
@@ -382,10 +330,10 @@ class SubsessionManager:
         runtime = parent.runtime
         runtime.check_open()
         self._check_can_start("send messages to its sub-sessions")
-        child = record.session
+        child = record.body
         with parent.tree.reserve_follow_up() as place:
             child.prepare_follow_up()
-            runtime.spawn_task(run_child(child, message, record),
+            runtime.spawn_task(child.run_child(message, record),
                                f"subsession-{child.session_id}")
             place.commit()
         record.restart()

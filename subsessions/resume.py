@@ -12,12 +12,14 @@ session open already, here or in another engine?) and registers what comes back.
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from attrs import evolve, frozen
 
 from subsessions.budget import parse_budget
+from subsessions.child import Child
 from subsessions.children import Cancelled, Done, Ending, Failed
 from subsessions.config import SessionConfig
 from subsessions.errors import RolloutError, SessionBusy, SubsessionError, echo
@@ -139,11 +141,18 @@ def _adopt_children(runtime: Runtime, session: Session, known: list[_Known]) -> 
     for child in known:
         meta = child.rollout.meta
         source = meta.get("source")
-        session.subsessions.adopt_ended(Session.resumed(
-            runtime, _config(child.rollout, None), child.origin,
-            source=source if isinstance(source, (str, dict)) else "exec", parent=session,
-            profile=Profile(name=optional_text(meta.get("session_type")) or "custom"),
-        ), child.ending, child.ended_at)
+        session.subsessions.adopt_ended(
+            child.rollout.session_id, child.ending, child.ended_at, partial(
+                _adopted, runtime, _config(child.rollout, None), child.origin, session,
+                source if isinstance(source, str | dict) else "exec",
+                Profile(name=optional_text(meta.get("session_type")) or "custom")))
+
+
+def _adopted(runtime: Runtime, config: SessionConfig, origin: Origin, parent: Session,
+             source: str | dict[str, Any], profile: Profile, life: Child[Any]) -> Session:
+    """The body of a child that ended in an earlier run (`life`, its record)."""
+    return Session.resumed(runtime, config, origin, parent=parent, profile=profile,
+                           source=source, life=life)
 
 
 def queued_spawns(rollout: Rollout) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ profiles, the rollout writer with the periodic flusher, the dispatcher, and the 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import itertools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -28,6 +29,9 @@ if TYPE_CHECKING:  # the [otel] extra: imported only when an engine traces
 
 T = TypeVar("T")
 _pace_tokens = itertools.count()
+# the context its tasks' done callback runs in, shared (asyncio copies the caller's for each
+# callback given none: one more object for every task); the callback reads no context var
+_BARE = contextvars.Context()
 FLUSH_SECONDS = 0.1
 DRAIN_SECONDS = 10.0  # how long close waits for tasks before cancelling what is left
 
@@ -111,7 +115,7 @@ class Runtime:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         tasks = self._tasks
         tasks.add(task)
-        task.add_done_callback(self._discard)
+        task.add_done_callback(self._discard, context=_BARE)
         if not len(tasks) % collector.STEP:  # fewer tasks are seen by the flusher
             collector.pacer.follow(self._pace_token, len(tasks))
         return task

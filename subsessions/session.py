@@ -7,13 +7,14 @@ import asyncio
 import logging
 import math
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from attrs import evolve
 
 from subsessions import task
 from subsessions.budget import Budget
+from subsessions.child import Child
 from subsessions.config import SessionConfig
 from subsessions.errors import InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventStream
@@ -21,6 +22,7 @@ from subsessions.figures import Figures
 from subsessions.handlers import parent_message
 from subsessions.kit import Kit, child_config
 from subsessions.ledger import TreeLedger
+from subsessions.loop import Settles, run_child
 from subsessions.manager import SubsessionManager
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
@@ -52,11 +54,12 @@ class Session(SessionState):
     @classmethod
     def resumed(cls, runtime: Runtime, config: SessionConfig, origin: Origin, *,
                 source: str | dict[str, Any] = "exec", parent: Session | None = None,
-                profile: Profile | None = None) -> Session:
+                profile: Profile | None = None, life: Child[Any] | None = None) -> Session:
         """A session whose rollout exists (`origin.rollout_path`): a resumed top-level
-        session, or (with `parent`) a child of it that ended in an earlier run."""
+        session, or (with `parent`) the body of its child `life` that ended in an earlier
+        run."""
         return cls(runtime, config, parent=parent, profile=profile, source=source,
-                   origin=origin)
+                   origin=origin, life=life)
 
     @classmethod
     def stand_in(cls, runtime: Runtime, config: SessionConfig, session_id: str,
@@ -69,22 +72,25 @@ class Session(SessionState):
     @property
     def subsessions(self) -> SubsessionManager:
         """Its children. Made on first use: most children never have any."""
-        manager = self._subsessions
+        extras = self.extras
+        manager = extras.subsessions
         if manager is None:
-            manager = self._subsessions = SubsessionManager(self)
+            manager = extras.subsessions = SubsessionManager(self)
         return manager
 
     # -- its counters from elsewhere, and the edges of its tasks ---------------------------
     def remote_usage(self, session_id: str) -> Usage:
         """What a descendant run by another process reported so far (nothing: zeros)."""
-        known = None if self._elsewhere is None else self._elsewhere.get(session_id)
+        elsewhere = None if self._extras is None else self._extras.elsewhere
+        known = None if elsewhere is None else elsewhere.get(session_id)
         return known or Usage()
 
     def count_remote(self, session_id: str, usage: Usage) -> None:
         """A descendant run by another process reports its usage (it replaces the last)."""
-        if self._elsewhere is None:
-            self._elsewhere = {}
-        self._elsewhere[session_id] = usage
+        extras = self.extras
+        if extras.elsewhere is None:
+            extras.elsewhere = {}
+        extras.elsewhere[session_id] = usage
 
     def apply(self, figures: Figures) -> None:
         """Its figures from the process its task runs in (a shard): usage, the answering
@@ -93,28 +99,28 @@ class Session(SessionState):
         self.turns = figures.turns
         self.tool_calls = figures.tool_calls
         self.answered_by = figures.answered_by
-        if figures.spent is not None:
+        if figures.spent is not None and (self.metered or any(figures.spent)):
             self.meter.turns, self.meter.tokens = figures.spent
 
     def task_begins(self) -> None:
         self._task = asyncio.current_task()
         if self.parent is None:
             self.tree.root_busy(True)
-        else:
-            self.meter.arm()
+        elif self._meter is not None:
+            self._meter.arm()
 
     def task_ended(self) -> None:
         self._task = None
         if self.parent is not None:
             self._phase = Phase.ENDED
-            self.meter.disarm()
+            if self._meter is not None:
+                self._meter.disarm()
         else:
             self.tree.root_busy(False)
 
     def prepare_follow_up(self) -> None:
-        """Before a new task of an ended child (send_message): nothing of the last one's
-        ending carries over."""
-        self.stop = None
+        """Before a new task of an ended child (send_message): it reads sent messages
+        again (its record's `restart` clears its stop)."""
         self.taking_messages = True
 
     # -- listeners and host answers ---------------------------------------------------------
@@ -136,21 +142,22 @@ class Session(SessionState):
     # -- children ---------------------------------------------------------------------------
     def child_tool_context(self) -> ToolContext | None:
         """This session's workspace and policies as its children get them (built once)."""
-        if self._child_context is None and self.tool_context is not None:
-            self._child_context = self.tool_context.for_child()
-        return self._child_context
+        if self.tool_context is None:
+            return None
+        extras = self.extras
+        if extras.child_context is None:
+            extras.child_context = self.tool_context.for_child()
+        return extras.child_context
 
     def child_config(self, profile: Profile) -> SessionConfig:
         """A child's config (`kit.child_config`)."""
         return child_config(self.kit, profile, self.model, self.cwd, self.child_tool_context())
 
-    def new_child(self, kit: Kit, call_id: str, budget: Budget | None = None,
-                  session_id: str | None = None) -> Session:
-        """What the manager asks for: a child session, not started (a requeued one keeps
-        its id)."""
-        origin = NEW if session_id is None else Origin(session_id=session_id)
+    def new_child(self, life: Child[Any], kit: Kit, call_id: str,
+                  budget: Budget | None = None) -> Session:
+        """What the manager asks for: the body of the child `life`, not started."""
         return Session(self.runtime, kit.config, parent=self, kit=kit, call_id=call_id,
-                       source="subagent", budget=budget, origin=origin)
+                       source="subagent", budget=budget, life=life)
 
     def hand_over_head(self) -> None:
         """A spawned child's first lines to the writer, before its parent's line naming it."""
@@ -186,6 +193,14 @@ class Session(SessionState):
                                    "seconds, or None")
         return await self.runtime.run_owned(self.run_task(prompt), self.session_id, timeout)
 
+    def run_child(self, prompt: str, settles: Settles) -> Coroutine[Any, Any, str | None]:
+        """A child's task as the one coroutine of its asyncio task, settling in its parent
+        (`settles`) at its end: in process the task loop itself; on another backend,
+        `loop.run_child` around the backend's task."""
+        if self.runtime.backend is None:
+            return task.run(self, prompt, None, settles)
+        return run_child(self, prompt, settles)
+
     def child_task(self, prompt: str) -> Awaitable[str | None]:
         """A child's task, claimed as its own task runs its first line (`run_child` awaits
         it): its backend's coroutine, without a frame of the session's."""
@@ -207,6 +222,11 @@ class Session(SessionState):
                 self.wake()
                 await self.recorder.flush_durable()
 
+    def claim(self) -> bool:
+        """The session is running a task from now on (refused if it is); whether it is its
+        first."""
+        return self._claim()
+
     def _claim(self) -> bool:
         """The session is running a task from now on (refused if it is); whether it is its
         first."""
@@ -214,7 +234,7 @@ class Session(SessionState):
             raise SessionBusy(self.session_id)
         first = not self.started
         if self.parent is None:
-            self.stop = None  # a top-level session's earlier task ended by a budget
+            self._stop = None  # a top-level session's earlier task ended by a budget
         if self.released:
             self._reload()
         self.write_meta()
@@ -225,7 +245,7 @@ class Session(SessionState):
         """`wake_on_child_end`: children ended unseen while this top-level session is idle,
         so a task starts whose input is their completion notices (a host never polls)."""
         if (not self._wakes(self.config.wake_on_child_end)
-                or self._subsessions is None or not self._subsessions.has_notices):
+                or self.spawned is None or not self.subsessions.has_notices):
             return
         notices = "\n".join(info.notice() for info in self.subsessions.take_notices())
         if notices:  # else every one of them was seen meanwhile
@@ -266,7 +286,8 @@ class Session(SessionState):
         """Drop what only a task needs (history, tools) once a child has ended and its rollout
         is written: a long-lived parent of many children must not hold every transcript."""
         self.history = []
-        self._child_context = None
+        if self._extras is not None:
+            self._extras.child_context = None
         self._phase = Phase.RELEASED
 
     def _reload(self) -> None:
@@ -280,7 +301,7 @@ class Session(SessionState):
         if self.wrote_meta:
             self.recorder.event(event)
         else:
-            self._notes += (event,)
+            self.extras.notes += (event,)
 
     def write_meta(self) -> None:
         if self._phase is not Phase.NEW:
@@ -294,6 +315,7 @@ class Session(SessionState):
             spawn=None if self.parent is None else {
                 "parent": self.parent.session_id, "depth": self.depth, "call_id": self.call_id},
         ))
-        for note in self._notes:
-            self.recorder.event(note)
-        self._notes = ()
+        if self._extras is not None:
+            for note in self._extras.notes:
+                self.recorder.event(note)
+            self._extras.notes = ()

@@ -9,26 +9,24 @@ what it shares with its tree from the `SessionTree`; its tools from its `Kit`.
 from __future__ import annotations
 
 import asyncio
-import enum
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
-from attrs import frozen
-
 from subsessions.budget import Budget
+from subsessions.child import Child
 from subsessions.children import CANCEL, Stop
 from subsessions.config import SessionConfig, Tool
 from subsessions.errors import BudgetExhausted
-from subsessions.events import EventHub, listening
 from subsessions.ids import new_session_id
 from subsessions.items import Item
 from subsessions.kit import Kit, own_kit
-from subsessions.ledger import LOCAL, TreeLedger
-from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
-from subsessions.models.base import NO_USAGE, TokenUsage
+from subsessions.origin import NEW as NEW
+from subsessions.origin import Origin as Origin
+from subsessions.origin import Phase as Phase
+from subsessions.parts import Extras, SessionParts
 from subsessions.profiles import Profile
 from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
 from subsessions.runtime import Runtime
@@ -38,46 +36,18 @@ from subsessions.tree import SessionTree
 from subsessions.usage import Usage
 
 
-class Phase(enum.Enum):
-    NEW = "new"  # nothing written yet
-    OPEN = "open"  # session_meta written, no task run yet (or resumed)
-    RUNNING = "running"  # a task is running
-    IDLE = "idle"  # between tasks (top-level sessions)
-    ENDED = "ended"  # a child's one task has written its ending
-    RELEASED = "released"  # ended, its ending on disk; history and tools dropped
-
-
-@frozen
-class Origin:
-    """Where a session starts from. The named constructors (`new`, `resumed`, `stand_in`,
-    and the shard's) build one and `__init__` takes it whole: nothing is assigned after."""
-
-    session_id: str | None = None  # None: a new id
-    rollout_path: str | None = None  # a rollout it appends to (resumed); None: a new file
-    started_at: float | None = None  # None: now
-    history: tuple[Item, ...] = ()
-    token_usage: TokenUsage = NO_USAGE
-    forked_from: str | None = None
-    resume_report: str | None = None  # what resuming or forking read and skipped
-    ledger: TreeLedger = LOCAL  # a top-level session's tree is counted elsewhere too
-    inbox: tuple[str, ...] = ()  # messages it reads before its next model call
-
-
-NEW = Origin()
-
-
-class SessionState:
+class SessionState(SessionParts):
     """One conversation's state (a top-level session or a child): see `Session`."""
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
-        "_child_context", "_elsewhere", "_events", "_events_closed", "_notes", "_phase",
-        "_subsessions", "_task", "answered_by", "call_id", "cwd", "depth", "forked_from",
-        "history", "inbox", "instructions", "kit", "last_message", "mailbox", "max_turns",
-        "meter", "model", "parent", "recorder", "resume_report", "root", "runtime",
-        "session_id", "source", "started_at", "stop", "taking_messages", "token_usage",
-        "tool_calls", "tree", "turns",
+        "_meter", "_phase", "_stop", "_task", "answered_by", "call_id", "cwd", "depth",
+        "history", "instructions", "kit", "last_message", "life", "max_turns", "model",
+        "parent", "recorder", "root", "runtime", "session_id", "source", "started_at",
+        "taking_messages", "token_usage", "tool_calls", "tree", "turns",
     )
+
+    parent: SessionState | None
 
     def __init__(
         self,
@@ -92,8 +62,11 @@ class SessionState:
         tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
         budget: Budget | None = None,  # a child's, asked for at spawn (besides its config's)
         kit: Kit | None = None,  # a child's, shared with its siblings (`child_kit`)
+        life: Child[Any] | None = None,  # a child's record in its parent: its stop, its end
     ) -> None:
-        self.session_id = origin.session_id or new_session_id()
+        self.session_id = life.session_id if life is not None else (
+            origin.session_id or new_session_id())
+        self.life = life
         self.runtime = runtime
         if kit is not None:
             config, profile = kit.config, kit.profile
@@ -112,16 +85,18 @@ class SessionState:
         self.max_turns = profile.max_turns if profile is not None else config.max_turns
         self.history: list[Item] = list(origin.history)
         self.token_usage = origin.token_usage
-        self.meter: Meter = (
-            self.tree.root_meter(self.stop_for_budget) if parent is None else
-            self.tree.child_meter(parent.meter, budget.clamp(config.budget) if budget
-                                  else config.budget, self.stop_for_budget)
-        )
-        self.stop: Stop | None = None  # the first stop asked of its task (first wins)
+        # its meter: a child's only when a budget applies to it or an ancestor (`meter`)
+        self._meter: Meter | None = None
+        if parent is None:
+            self._meter = self.tree.root_meter(self.stop_for_budget)
+        else:
+            limits = budget.clamp(config.budget) if budget else config.budget
+            if limits is not None or parent.metered:
+                self._meter = self.tree.child_meter(parent.meter, limits, self.stop_for_budget)
+        self._stop: Stop | None = None  # a top-level task's first stop (a child's: `life`)
         self.last_message: str | None = None  # its last assistant message so far
-        self.inbox: list[str] = list(origin.inbox)  # sent while it runs, read before its next call
+        # sent while it runs, read before its next call (made at the first message)
         self.taking_messages = parent is not None  # a queued child reads its inbox first
-        self.mailbox: Callable[[str], Awaitable[bool]] | None = None  # a remote task's inbox
         self._task: asyncio.Task[object] | None = None  # its task, from its first line
         self.started_at = origin.started_at or time.time()
         self.recorder = RolloutRecorder(
@@ -130,12 +105,6 @@ class SessionState:
             runtime.unwritten,
             self.depth,
         )
-        # its event hub: a top-level session's at once, a child's at its first listener
-        # (`events`), so a child nobody hears never has one
-        self._events = EventHub(self.session_id, None, None) if parent is None else None
-        self._events_closed = False  # a hub made after `close_events` is made closed
-        self._subsessions: SubsessionManager | None = None  # made when first asked for
-        self._child_context: ToolContext | None = None
         if kit is None and parent is None and tool_context is None:
             kit = own_kit(config, profile, self.tree, self.cwd, runtime.home,
                           partial(runtime.dispatcher.request_permission, self))
@@ -145,51 +114,19 @@ class SessionState:
         self.answered_by: str | None = None  # the model that answered last, if not `model`
         # a resumed session keeps its first meta
         self._phase = Phase.OPEN if origin.rollout_path is not None else Phase.NEW
-        self._notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
-        self.forked_from = origin.forked_from
-        self.resume_report = origin.resume_report
+        # what few sessions need (children, messages, notes...): made at first use
+        super().__init__(Extras(inbox=list(origin.inbox) or None,
+                                forked_from=origin.forked_from,
+                                resume_report=origin.resume_report)
+                         if origin.inbox or origin.forked_from or origin.resume_report else None,
+                         parent is None)
         self.turns = 0
-        # usage of descendants run by another process (Ray), by id: made when one reports
-        self._elsewhere: dict[str, Usage] | None = None
 
     def __repr__(self) -> str:
         kind = f"child of {self.parent.session_id} depth={self.depth}" if self.parent else "top"
         return f"<Session {self.session_id} {kind} model={self.model!r} {self._phase.value}>"
 
     # -- identity and state, as hosts, the manager and the task loop read them -------------
-    @property
-    def spawned(self) -> SubsessionManager | None:
-        """Its children's manager if it was ever asked for (readers make none)."""
-        return self._subsessions
-
-    @property
-    def events(self) -> EventHub:
-        """Its event hub, chained to its parent's (made at first use)."""
-        hub = self._events
-        if hub is None:
-            parent = self.parent
-            hub = self._events = EventHub(
-                self.session_id, parent.events if parent is not None else None, self.call_id)
-            if self._events_closed:
-                hub.close()
-        return hub
-
-    @property
-    def heard(self) -> bool:
-        """Whether an event of it would reach anyone: its hub's listeners or an ancestor's
-        (asked before an event is built, so a child nobody hears makes no hub)."""
-        hub = self._events
-        if hub is not None:
-            return listening(hub)
-        parent = self.parent
-        return parent is not None and parent.heard
-
-    def close_events(self) -> None:
-        """It has ended: its streams end (a hub made later is made closed)."""
-        self._events_closed = True
-        if self._events is not None:
-            self._events.close()
-
     @property
     def agent_name(self) -> str | None:
         """The profile a child runs (None for a top-level session)."""
@@ -211,8 +148,30 @@ class SessionState:
     @property
     def budget(self) -> Budget | None:
         """Its limits as clamped at spawn (a root's: its tree's); None when it has none."""
-        limits = self.meter.limits
-        return None if limits.unlimited else limits
+        meter = self._meter
+        return None if meter is None or meter.limits.unlimited else meter.limits
+
+    @property
+    def metered(self) -> bool:
+        """A budget applies to it or an ancestor: its model calls are counted."""
+        meter = self._meter
+        return meter is not None and meter.active
+
+    @property
+    def meter(self) -> Meter:
+        """What it spent against its budget and its ancestors' (an unmetered child's is made
+        when asked for: most children never need one)."""
+        meter = self._meter
+        if meter is None:
+            parent = self.parent
+            assert parent is not None  # a top-level session's is made with it
+            meter = self._meter = self.tree.child_meter(parent.meter, None,
+                                                        self.stop_for_budget)
+        return meter
+
+    @meter.setter
+    def meter(self, meter: Meter) -> None:
+        self._meter = meter
 
     @property
     def ended(self) -> bool:
@@ -277,13 +236,15 @@ class SessionState:
         )
         if not include_children:
             return own
-        tree = self._subsessions.tree() if self._subsessions is not None else []
+        family = self.spawned
+        tree = family.tree() if family is not None else []
         return Usage.total([own, *(s.usage() for s in tree), *self.remote_usages(),
                             *(u for s in tree for u in s.remote_usages())])
 
     def remote_usages(self) -> Iterable[Usage]:
         """What its descendants run by another process (Ray) reported, one per session."""
-        return () if self._elsewhere is None else self._elsewhere.values()
+        extras = self._extras
+        return () if extras is None or extras.elsewhere is None else extras.elsewhere.values()
 
     @property
     def sandbox_policy(self) -> dict[str, Any]:
@@ -298,19 +259,30 @@ class SessionState:
         return stop if isinstance(stop, BudgetExhausted) else None
 
     # -- stops: a cancel or a budget, the first one wins ---------------------------------
+    @property
+    def stop(self) -> Stop | None:
+        """The first stop asked of its current task (a child's is its record's)."""
+        life = self.life
+        return self._stop if life is None else life.stop
+
     def request_stop(self, budget: BudgetExhausted | None = None, *,
                      deliver: bool = True) -> bool:
         """Stop its task (with `budget`: it ends `budget_limited`, else cancelled) unless a
-        stop came first; False then, or once a child has ended. Without `deliver` the task
-        is ending so by itself. A task that has not run its first line yet ends there, so
-        its own `finally` still writes its ending."""
-        if self.stop is not None or (self.parent is not None and self.ended):
+        stop came first; False then, or once a child has ended (`Child.request_stop`)."""
+        if self.life is not None:
+            return self.life.request_stop(budget, deliver=deliver)
+        if self._stop is not None or (self.parent is not None and self.ended):
             return False
-        self.stop = CANCEL if budget is None else budget
-        running = self._task
-        if deliver and running is not None and running is not asyncio.current_task():
-            running.cancel()
+        self._stop = CANCEL if budget is None else budget
+        if deliver:
+            self.cancel_task()
         return True
+
+    def cancel_task(self) -> None:
+        """Deliver a cancel to its running task (none yet: its first line sees its stop)."""
+        running = self._task
+        if running is not None and running is not asyncio.current_task():
+            running.cancel()
 
     def claim_budget_stop(self, error: BudgetExhausted) -> None:
         """Its task is ending by itself on a budget: a cancel that comes later is no other
@@ -324,15 +296,8 @@ class SessionState:
         if self.parent is not None:
             self.request_stop(error)
         elif running is None:  # an idle top-level session: its running children end
-            if self._subsessions is not None:
-                self._subsessions.stop_all_children(error)
+            family = self.spawned
+            if family is not None:
+                family.stop_all_children(error)
         elif not running.cancelling():  # a host's cancel came first
             self.request_stop(error)
-
-    async def take_message(self, message: str) -> bool:
-        """A message for its running task, read before its next model call; False when the
-        task will not read it any more (a task running elsewhere says so)."""
-        if self.mailbox is not None:
-            return await self.mailbox(message)
-        self.inbox.append(message)
-        return True

@@ -7,16 +7,16 @@ above it (it builds sessions; the manager only asks for them).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable
-from typing import Protocol
+from collections.abc import Coroutine, Iterable
+from typing import Any, Protocol
 
 from subsessions.budget import Budget
-from subsessions.children import Stop
+from subsessions.child import Child
 from subsessions.config import SessionConfig, Tool, as_child_config
 from subsessions.dispatch import Caller, call_maybe_async
-from subsessions.errors import BudgetExhausted, InvalidArguments, SpawnDenied, error_text
+from subsessions.errors import InvalidArguments, SpawnDenied, error_text
 from subsessions.kit import Kit
-from subsessions.models.base import TokenUsage
+from subsessions.loop import Settles
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts.recorder import RolloutRecorder
 from subsessions.runtime import Runtime
@@ -37,15 +37,11 @@ class Member(Caller, Protocol):
     depth: int
     model: str
     @property
-    def heard(self) -> bool: ...  # an event of it would reach a listener (it or above)
-    @property
     def is_child(self) -> bool: ...
     @property
     def ended(self) -> bool: ...  # a child whose one task has written its ending
     @property
-    def started(self) -> bool: ...
-    @property
-    def wrote_meta(self) -> bool: ...
+    def wrote_meta(self) -> bool: ...  # its rollout has its session_meta
     runtime: Runtime
     tree: SessionTree
     recorder: RolloutRecorder
@@ -55,16 +51,9 @@ class Member(Caller, Protocol):
     def spawned(self) -> Family | None: ...  # its children, if it ever had any
     @property
     def answering_model(self) -> str: ...
-    token_usage: TokenUsage
-    @property
-    def tool_calls(self) -> int: ...
-    turns: int
-    @property
-    def stop(self) -> Stop | None: ...
     last_message: str | None
     @property
     def budget(self) -> Budget | None: ...
-    inbox: list[str]
     taking_messages: bool
 
     async def take_message(self, message: str) -> bool: ...
@@ -73,19 +62,18 @@ class Member(Caller, Protocol):
     def tools(self) -> tuple[Tool, ...]: ...
     def usage(self, include_children: bool = False) -> Usage: ...
     def remote_usages(self) -> Iterable[Usage]: ...  # of descendants run by another process
-    def request_stop(self, budget: BudgetExhausted | None = None, *,
-                     deliver: bool = True) -> bool: ...
+    def cancel_task(self) -> None: ...
     def write_meta(self) -> None: ...
     def close_events(self) -> None: ...  # it has ended: its streams end
     def release(self) -> None: ...
     def child_config(self, profile: Profile) -> SessionConfig: ...
     def child_tool_context(self) -> ToolContext | None: ...
-    def new_child(self, kit: Kit, call_id: str, budget: Budget | None = None,
-                  session_id: str | None = None) -> Member: ...
+    def new_child(self, life: Child[Member], kit: Kit, call_id: str,
+                  budget: Budget | None = None) -> Member: ...
     def hand_over_head(self) -> None: ...
     def prepare_follow_up(self) -> None: ...
     def wake(self) -> None: ...
-    def child_task(self, prompt: str) -> Awaitable[str | None]: ...
+    def run_child(self, prompt: str, settles: Settles) -> Coroutine[Any, Any, str | None]: ...
 
 
 class Kits:

@@ -1,9 +1,9 @@
 """The task loop: one task of a session, from the user's prompt to exactly one ending.
 
-Model turns, tool calls (host tools, the engine's own tools and the profile allowlist
-meet in `call_tool`), notices of children that ended
-unseen, token counts, the hosts' hooks around the task; and the one terminal record on
-every path. The session keeps identity and state; this module is what a task does to it.
+Model turns, tool calls (host tools, the engine's own tools and the profile allowlist meet
+in `call_tool`), notices of children that ended unseen, token counts, the hosts' hooks
+around the task; and the one terminal record on every path. The session keeps identity and
+state; this module is what a task does to it.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
 
-from subsessions.children import Stop
+from subsessions.children import CANCELLED, Done, Ending, Failed
 from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBSESSION_TOOL_NAMES
 from subsessions.errors import (
     BudgetExhausted,
@@ -29,62 +30,23 @@ from subsessions.handlers import subsessions as subsession_tools
 from subsessions.ids import new_session_id
 from subsessions.items import (
     Item,
-    developer_message,
     function_call_output,
     is_assistant_message,
     message_text,
     output_problem,
     user_message,
 )
-from subsessions.kit import Kit
-from subsessions.manager import SubsessionManager
+from subsessions.loop import Settles, settle_when_written
 from subsessions.meter import Meter
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.rollouts import records
-from subsessions.spawning import Member
+from subsessions.task_children import children_at_turn_end, deliver_notices
 from subsessions.task_hooks import announce_end, budget_limited, prompt_hooks
+from subsessions.task_host import TaskHost
 from subsessions.tools.schema import check_arguments, parse_arguments
 
-
-class TaskHost(Member, Protocol):
-    """What a task needs of its session (and may change: history, counters)."""
-
-    kit: Kit
-    tool_calls: int  # function calls run (the session's usage)
-
-    @property
-    def subsessions(self) -> SubsessionManager: ...  # the sub-session tools act on it
-
-    async def tell_parent(self, message: str) -> str: ...  # send_parent_message
-
-    history: list[Item]
-    turns: int
-    token_usage: TokenUsage
-    answered_by: str | None  # the model that answered last, when it was not `model`
-    meter: Meter  # what it spent against its budget (and its ancestors')
-    last_message: str | None  # its last assistant message so far
-    inbox: list[str]  # messages sent to it while it runs (send_message)
-    taking_messages: bool  # its task will read the inbox before another model call
-
-    @property
-    def spawned(self) -> SubsessionManager | None: ...  # its children, if it ever had any
-
-    @property
-    def source(self) -> str | dict[str, Any]: ...
-    @property
-    def instructions(self) -> str: ...
-    @property
-    def max_turns(self) -> int: ...
-    @property
-    def sandbox_policy(self) -> dict[str, Any]: ...  # Codex's shape, for turn_context
-    @property
-    def stop(self) -> Stop | None: ...  # the first stop asked of this task
-    @property
-    def budget_stop(self) -> BudgetExhausted | None: ...  # its stop, if a budget's
-
-    def task_begins(self) -> None: ...  # its task runs its first line
-    def task_ended(self) -> None: ...  # its terminal record is written
-    def claim_budget_stop(self, error: BudgetExhausted) -> None: ...  # it ends by itself
+if TYPE_CHECKING:  # the [otel] extra
+    from subsessions.otel.tracing import TaskSpan
 
 
 class InProcess:
@@ -100,81 +62,123 @@ class InProcess:
 IN_PROCESS = InProcess()
 
 
-async def run(host: TaskHost, prompt: str, first: bool) -> str | None:
-    """Run one task; exactly one terminal record is written, however it ends."""
-    if first and host.heard:  # at its first task, where a listener (or parent) can see it
-        emit(host.events, "session.start", {"session_id": host.session_id,
-                                            "source": host.source})
-    record = host.recorder
-    approval = "never" if host.is_child else host.config.approval
-    turn_id, started = new_session_id(), time.time()
-    record.record("turn_context", records.turn_context(
-        turn_id, host.cwd, approval, host.sandbox_policy, host.model))
-    record.event(records.task_started(turn_id, started))
-    # Exactly one ending, on every path: children are ended first (a cancelled task's
-    # children, and any child's children, since nobody could wait for them any more), and
-    # a cancel landing meanwhile makes it an abort.
-    ending: list[dict[str, Any]] | None = None
-    answer: str | None = None
-    cancelled = False
-    since = len(host.history)
-    tracer = host.runtime.tracer
-    traced = None if tracer is None else tracer.begin(host, prompt)  # its invoke_agent span
-    host.task_begins()
+async def run(host: TaskHost, prompt: str, first: bool | None,
+              settles: Settles | None = None) -> str | None:
+    """Run one task, in one coroutine frame; exactly one terminal record is written, however
+    it ends. A child's task (`settles`: its record) is claimed at its first line (`first`
+    None) and settles in its parent from this frame's `finally`, its ending on disk."""
+    outcome: Ending = CANCELLED  # how it ended, as its parent records it (`settles`)
     try:
-        stop = host.stop
-        if isinstance(stop, BudgetExhausted):  # stopped by a budget before its first line
-            raise _fresh(stop)
-        if stop is not None:  # cancelled before its first line
-            raise asyncio.CancelledError
-        if host.meter.active and not (first and host.is_child):  # (clamped at spawn)
-            _check(host, host.meter.spent())
-        if host.tree.config.hooks is not None:
-            prompt = await prompt_hooks(host, prompt, first)
-        while not host.is_child and host.inbox:  # its children's, sent while it was idle
-            _tell(host, host.inbox.pop(0))
-        _tell(host, prompt)
-        host.taking_messages = True
+        if first is None:
+            first = host.claim()
+        record = host.recorder
+        turn_id, started = _begin(host, first)
+        # Exactly one ending, on every path: children are ended first (a cancelled task's
+        # children, and any child's children, since nobody could wait for them any more), and
+        # a cancel landing meanwhile makes it an abort.
+        ending: list[dict[str, Any]] | None = None
+        answer: str | None = None
+        cancelled = False
+        since = len(host.history)
+        tracer = host.runtime.tracer
+        traced = None if tracer is None else tracer.begin(host, prompt)  # its invoke_agent span
+        host.task_begins()
         try:
-            answer = await _turns(host)
-        finally:
-            host.taking_messages = False
-        ending = records.completed(turn_id, started, answer)
-    except asyncio.CancelledError:
-        stop = host.budget_stop
-        if stop is not None and _budget_cancelled():
-            ending = _budget_ending(turn_id, started, stop)
-            raise _fresh(stop) from None
-        cancelled = True
-        raise
-    except BudgetExhausted as exc:
-        ending = _budget_ending(turn_id, started, exc)
-        raise
-    except Exception as exc:
-        ending = records.failed(turn_id, started, error_text(exc), _last_answer(host, since))
-        raise
-    finally:
-        if ending is None:  # torn down by something other than a cancel (a bug of ours)
-            ending = records.interrupted(turn_id, started)
-        try:
-            family = host.spawned
-            if family is not None and family.has_children and (
-                    cancelled or host.is_child or budget_limited(ending[-1])):
-                await family.abort_all_children(
-                    host.budget_stop if budget_limited(ending[-1]) else None)
+            stop = host.stop
+            if isinstance(stop, BudgetExhausted):  # stopped by a budget before its first line
+                raise _fresh(stop)
+            if stop is not None:  # cancelled before its first line
+                raise asyncio.CancelledError
+            if host.metered and not (first and host.is_child):  # (clamped at spawn)
+                _check(host, host.meter.spent())
+            if host.tree.config.hooks is not None:
+                prompt = await prompt_hooks(host, prompt, first)
+            while not host.is_child and host.has_mail:  # its children's, sent while it was idle
+                _tell(host, host.inbox.pop(0))
+            _tell(host, prompt)
+            host.taking_messages = True
+            try:  # the turns, in this frame (one coroutine a task): a model call, then the
+                # tools it asks for, until it answers without asking for one
+                record.flush()  # the task's head reaches the file before the first call
+                tool_choice = host.config.tool_choice  # then auto, once a tool was called
+                for _ in range(host.max_turns):
+                    request = _request(host, tool_choice)
+                    responding = host.tree.respond(host, host.runtime.model_client, request)
+                    answer, calls = _answered(host, await (
+                        responding if tracer is None else tracer.chat(host, request, responding)))
+                    if not calls:  # done, unless a message came or its children are awaited
+                        if host.has_mail or await children_at_turn_end(host):
+                            continue
+                        break
+                    tool_choice = "auto"  # (map: a closure over `host` is a cell a frame)
+                    _took(host, [await call_tool(host, calls[0])] if len(calls) == 1 else
+                          await asyncio.gather(*map(call_tool, repeat(host), calls)))
+                else:
+                    raise MaxTurnsExceeded(host.max_turns)
+            finally:
+                host.taking_messages = False
+            ending = records.completed(turn_id, started, answer)
         except asyncio.CancelledError:
+            stop = host.budget_stop
+            if stop is not None and _budget_cancelled():
+                ending = _budget_ending(turn_id, started, stop)
+                raise _fresh(stop) from None
             cancelled = True
             raise
+        except BudgetExhausted as exc:
+            ending = _budget_ending(turn_id, started, exc)
+            raise
+        except Exception as exc:
+            ending = records.failed(turn_id, started, error_text(exc), _last_answer(host, since))
+            raise
         finally:
-            if cancelled:
-                ending = records.cancelled(turn_id, started, _cancelled_by(host))
-            for event in ending:
-                record.event(event)
-            host.task_ended()
-            if traced is not None:
-                traced.end(host, ending[-1])
-            announce_end(host, ending[-1])
-    return answer
+            if ending is None:  # torn down by something other than a cancel (a bug of ours)
+                ending = records.interrupted(turn_id, started)
+            try:
+                family = host.spawned
+                if family is not None and family.has_children and (
+                        cancelled or host.is_child or budget_limited(ending[-1])):
+                    await family.abort_all_children(
+                        host.budget_stop if budget_limited(ending[-1]) else None)
+            except asyncio.CancelledError:
+                cancelled = True
+                raise
+            finally:
+                if cancelled:
+                    ending = records.cancelled(turn_id, started, _cancelled_by(host))
+                _end(host, ending, traced)
+        outcome = Done(answer)
+        return answer
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        outcome = Failed(error_text(exc))
+        raise
+    finally:
+        if settles is not None:
+            settle_when_written(host.recorder, settles, outcome)
+
+
+def _begin(host: TaskHost, first: bool) -> tuple[str, float]:
+    """A task's first records (its session's start at its first task): its turn's id, start."""
+    if first and host.heard:  # where a listener (or its parent) can see it
+        emit(host.events, "session.start", {"session_id": host.session_id, "source": host.source})
+    approval = "never" if host.is_child else host.config.approval
+    turn_id, started = new_session_id(), time.time()
+    host.recorder.record("turn_context", records.turn_context(
+        turn_id, host.cwd, approval, host.sandbox_policy, host.model))
+    host.recorder.event(records.task_started(turn_id, started))
+    return turn_id, started
+
+
+def _end(host: TaskHost, ending: list[dict[str, Any]], traced: TaskSpan | None) -> None:
+    """A task's terminal records, then what hears of its end (its span, events, hooks)."""
+    for event in ending:
+        host.recorder.event(event)
+    host.task_ended()
+    if traced is not None:
+        traced.end(host, ending[-1])
+    announce_end(host, ending[-1])
 
 
 def _tell(host: TaskHost, prompt: str) -> None:
@@ -227,97 +231,63 @@ def _last_answer(host: TaskHost, since: int) -> str | None:
     return None
 
 
-async def _turns(host: TaskHost) -> str | None:
-    client = host.runtime.model_client
-    tracer = host.runtime.tracer
-    recorder = host.recorder
-    # The head of the task goes to the writer before the first model call, so the file
-    # exists while the session works; later lines follow with the runtime's periodic flush.
-    recorder.flush()
-    tool_choice = host.config.tool_choice  # until a tool is called, then auto (so it can end)
-    for _ in range(host.max_turns):
-        family = host.spawned
-        if family is not None and family.has_notices:
-            _deliver_notices(host, family)
-        while host.inbox:  # sent while it ran: read before this model call
-            _tell(host, host.inbox.pop(0))
-        request = ModelRequest(
-            session_id=host.session_id,
-            model=host.model,
-            instructions=host.instructions,
-            items=tuple(host.history),
-            tools=host.kit.specs(),
-            fallback_models=host.kit.fallback_models,
-            tool_choice=tool_choice,
-        )
-        host.turns += 1
-        responding = host.tree.respond(host, client, request)
-        response: ModelResponse = await (responding if tracer is None
-                                         else tracer.chat(host, request, responding))
-        answered = response.model or host.model
-        if answered not in (host.model, host.answered_by):
-            recorder.event(records.background(
-                f"model {host.model} did not answer; {answered} answered"
-            ))
-        host.answered_by = answered
-        answer: str | None = None
-        calls: list[Item] = []
-        for item in response.output:
-            problem = output_problem(item)
-            if problem is not None:
-                raise ModelError(f"malformed model output ({problem}): {item!r:.200}")
-            host.history.append(item)
-            recorder.record("response_item", item)
-            if is_assistant_message(item):
-                answer = host.last_message = message_text(item)
-                recorder.event({"type": "agent_message", "message": answer})
-                if host.heard:
-                    emit(host.events, "assistant.message", {"content": answer})
-            elif item.get("type") == "function_call":
-                calls.append(item)
-        _count(host, response.usage)
-        if host.meter.active and (reached := host.meter.charge(
-                response.usage.total_tokens, bool(calls) or bool(host.inbox))) is not None:
-            _check(host, reached)
-        if not calls:
-            if host.inbox:  # a message came while it answered: one more turn reads it
-                continue
-            if await _children_at_turn_end(host):
-                continue
-            return answer
-        tool_choice = "auto"
-        if len(calls) == 1:
-            outputs = [await call_tool(host, calls[0])]
-        else:
-            outputs = await asyncio.gather(*(call_tool(host, c) for c in calls))
-        for output in outputs:
-            host.history.append(output)
-            recorder.record("response_item", output)
-    raise MaxTurnsExceeded(host.max_turns)
-
-
-async def _children_at_turn_end(host: TaskHost) -> bool:
-    """`children_at_turn_end` (DESIGN 3.11) when the model ends its turn: `wait` for its
-    running children and tell the model how they (and any that ended unseen) ended in one
-    more call (True), `cancel` them (`cancelled_by: parent`), or `leave` them running."""
-    policy = host.config.children_at_turn_end
+def _request(host: TaskHost, tool_choice: Any) -> ModelRequest:
+    """The next model call: notices of children that ended unseen and messages sent
+    meanwhile join the history first."""
     family = host.spawned
-    if policy == "leave" or family is None:
-        return False
-    if policy == "cancel":
-        if family.running():
-            await family.abort_all_children()
-        return False
-    await family.outlast()
-    return family.has_notices or bool(host.inbox)
+    if family is not None and family.has_notices:
+        deliver_notices(host, family)
+    while host.has_mail:  # sent while it ran: read before this model call
+        _tell(host, host.inbox.pop(0))
+    request = ModelRequest(
+        session_id=host.session_id,
+        model=host.model,
+        instructions=host.instructions,
+        items=tuple(host.history),
+        tools=host.kit.specs(),
+        fallback_models=host.kit.fallback_models,
+        tool_choice=tool_choice,
+    )
+    host.turns += 1
+    return request
 
 
-def _deliver_notices(host: TaskHost, family: SubsessionManager) -> None:
-    """One developer message for each child that ended without being waited for."""
-    for info in family.take_notices():
-        message = developer_message(info.notice())
-        host.history.append(message)
-        host.recorder.record("response_item", message)
+def _answered(host: TaskHost, response: ModelResponse) -> tuple[str | None, list[Item]]:
+    """A model's answer joins the history and the rollout, and is counted (against its
+    budget too): its last assistant message, and the function calls it asks for."""
+    recorder = host.recorder
+    answered = response.model or host.model
+    if answered not in (host.model, host.answered_by):
+        recorder.event(records.background(
+            f"model {host.model} did not answer; {answered} answered"
+        ))
+    host.answered_by = answered
+    answer: str | None = None
+    calls: list[Item] = []
+    for item in response.output:
+        problem = output_problem(item)
+        if problem is not None:
+            raise ModelError(f"malformed model output ({problem}): {item!r:.200}")
+        host.history.append(item)
+        recorder.record("response_item", item)
+        if is_assistant_message(item):
+            answer = host.last_message = message_text(item)
+            recorder.event({"type": "agent_message", "message": answer})
+            if host.heard:
+                emit(host.events, "assistant.message", {"content": answer})
+        elif item.get("type") == "function_call":
+            calls.append(item)
+    _count(host, response.usage)
+    if host.metered and (reached := host.meter.charge(
+            response.usage.total_tokens, bool(calls) or host.has_mail)) is not None:
+        _check(host, reached)
+    return answer, calls
+
+
+def _took(host: TaskHost, outputs: list[Item]) -> None:
+    for output in outputs:
+        host.history.append(output)
+        host.recorder.record("response_item", output)
 
 
 def _count(host: TaskHost, usage: TokenUsage) -> None:

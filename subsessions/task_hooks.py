@@ -3,11 +3,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
+from subsessions.dispatch import Caller
 from subsessions.errors import SubsessionError
 from subsessions.events import emit
-from subsessions.spawning import Member
+from subsessions.runtime import Runtime
+from subsessions.tree import SessionTree
+
+
+class Hooked(Caller, Protocol):
+    """What the hooks around a task read of its session."""
+
+    runtime: Runtime
+    tree: SessionTree
+    @property
+    def is_child(self) -> bool: ...
+    @property
+    def heard(self) -> bool: ...  # an event of it would reach a listener (it or above)
 
 
 def budget_limited(terminal: dict[str, Any]) -> bool:
@@ -15,7 +28,7 @@ def budget_limited(terminal: dict[str, Any]) -> bool:
     return terminal.get("reason") == "budget_limited"
 
 
-async def prompt_hooks(host: Member, prompt: str, first: bool) -> str:
+async def prompt_hooks(host: Hooked, prompt: str, first: bool) -> str:
     dispatcher = host.runtime.dispatcher
     if host.is_child and first:
         await dispatcher.invoke_hook(host, "on_session_start", {"source": "subsession"})
@@ -25,7 +38,7 @@ async def prompt_hooks(host: Member, prompt: str, first: bool) -> str:
     return prompt
 
 
-def announce_end(host: Member, terminal: dict[str, Any]) -> None:
+def announce_end(host: Hooked, terminal: dict[str, Any]) -> None:
     failure: str | None = (terminal.get("error") or {}).get("message")
     if budget_limited(terminal):
         failure = terminal["message"]
@@ -46,7 +59,7 @@ def announce_end(host: Member, terminal: dict[str, Any]) -> None:
         }))
 
 
-def hook_later(host: Member, hook: Any) -> None:
+def hook_later(host: Hooked, hook: Any) -> None:
     """End-of-task hooks run beside the ending, never delaying or blocking it."""
     try:
         host.runtime.spawn_task(hook, "subsessions-hook", while_closing=True)

@@ -10,10 +10,11 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from subsessions.children import ChildRecord, WaitResult, checked_seconds
+from subsessions.child import Child
+from subsessions.children import WaitResult, checked_seconds
 from subsessions.errors import ChildNotFinished, ChildTimeout, InvalidArguments
 
-Lookup = Callable[[str], ChildRecord[Any]]
+Lookup = Callable[[str], Child[Any]]
 
 
 async def wait_child(lookup: Lookup, session_id: str, timeout: float | None) -> str | None:
@@ -21,11 +22,10 @@ async def wait_child(lookup: Lookup, session_id: str, timeout: float | None) -> 
     timeout names the clamped wait in whole milliseconds."""
     record = lookup(session_id)
     if timeout is None:  # `gather(wait_child(...))` over thousands: no wait set
-        finished = record.finished
-        if not finished.done():
+        if not record.settled:
             record.waiters += 1
             try:
-                await asyncio.shield(finished)
+                await asyncio.shield(record.finished)
             finally:
                 record.waiters -= 1
         record.waited = True
@@ -40,19 +40,19 @@ async def wait_child_ms(lookup: Lookup, session_id: str, timeout_ms: int | None)
     return await wait_child(lookup, session_id, None if timeout_ms is None else timeout_ms / 1000)
 
 
-async def _wait_one(record: ChildRecord[Any], session_id: str, seconds: float | None,
+async def _wait_one(record: Child[Any], session_id: str, seconds: float | None,
                     label_ms: int) -> str | None:
-    if not record.finished.done():
+    if not record.settled:
         if seconds is not None and seconds <= 0:
             raise ChildNotFinished(session_id)
         await wait_for([record], seconds, every=True)
-        if not record.finished.done():
+        if not record.settled:
             raise ChildTimeout(session_id, label_ms)
     record.waited = True
     return record.result()
 
 
-async def wait_many(children: Mapping[str, ChildRecord[Any]], session_ids: list[str],
+async def wait_many(children: Mapping[str, Child[Any]], session_ids: list[str],
                     timeout: float | None, *, every: bool) -> WaitResult:
     """Once one (or every one) of the named children has ended, or at the timeout."""
     if isinstance(session_ids, str) or not all(isinstance(i, str) for i in session_ids):
@@ -63,7 +63,7 @@ async def wait_many(children: Mapping[str, ChildRecord[Any]], session_ids: list[
     unknown = tuple(i for i in named if i not in children)
     records = list(known.values())
     await wait_for(records, seconds, every=every)
-    ended = [r for r in records if r.finished.done()]
+    ended = [r for r in records if r.settled]
     for record in ended:
         record.waited = True
     satisfied = len(ended) == len(records) if every else bool(ended) or not records
@@ -74,10 +74,10 @@ async def wait_many(children: Mapping[str, ChildRecord[Any]], session_ids: list[
     )
 
 
-async def wait_for(records: Sequence[ChildRecord[Any]], seconds: float | None, *,
+async def wait_for(records: Sequence[Child[Any]], seconds: float | None, *,
                    every: bool) -> None:
     """Wait for the first (or every) one of `records` to settle, or for the timeout."""
-    pending = [r.finished for r in records if not r.finished.done()]
+    pending = [r.finished for r in records if not r.settled]
     if not pending or (seconds is not None and seconds <= 0):
         return
     if not every and len(pending) < len(records):

@@ -1,4 +1,4 @@
-"""A child's one ending has one owner (`ChildRecord.settle`): a cancel shows as CANCELLING
+"""A child's one ending has one owner (`Child.settle`): a cancel shows as CANCELLING
 until the child has ended its own work, and a cancel that lands before a child's first step
 is delivered there, so the child's own clean-up writes its ending (events, hooks, rollout)."""
 
@@ -19,7 +19,8 @@ from subsessions import (
     ScriptedModel,
     SessionConfig,
 )
-from subsessions.children import PENDING, ChildRecord, Done, Failed
+from subsessions.child import Child
+from subsessions.children import Done, Failed
 from subsessions.events import SessionEvent
 from subsessions.rollouts.reader import read_rollout
 from subsessions.testing import plain_ending
@@ -96,23 +97,8 @@ async def test_a_cancel_before_the_first_step_lets_the_child_write_its_own_endin
 
 
 async def test_settle_is_the_one_terminal_transition() -> None:
-    class Child:
-        session_id = "c"
-        agent_name = "worker"
-        model = "m"
-        started_at = 0.0
-        rollout_path = "/dev/null"
-        answering_model = "m"
-        started = True
-        call_id = None
-
-        def usage(self, include_children: bool = False) -> Any:
-            raise AssertionError("not needed")
-
-        def cancel_at_first_step(self) -> None:
-            raise AssertionError("not needed")
-
-    record: ChildRecord[Any] = ChildRecord(Child(), PENDING)
+    record: Child[Any] = Child("c")
+    assert record.status is ChildStatus.PENDING and not record.settled
     record.settle(Done("answer"))
     assert record.finished.done() and record.result() == "answer"
     with pytest.raises(RuntimeError, match="has ended already"):

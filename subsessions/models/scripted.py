@@ -71,7 +71,9 @@ class ScriptedModel:
             self.requests.append(request)
         if self._latency:
             await asyncio.sleep(self._latency)
-        raw = await self._script_response(request)
+        raw = self._script_response(request)
+        if inspect.isawaitable(raw):  # awaited here: no frame of its own while it waits
+            raw = await raw
         if isinstance(raw, BaseException):
             raise raw
         if isinstance(raw, str | dict):  # one item given without its list
@@ -94,7 +96,9 @@ class ScriptedModel:
             usage = self._usage or _estimate_usage(request, output)
         return ModelResponse(output=output, usage=usage)
 
-    async def _script_response(self, request: ModelRequest) -> ScriptResponse:
+    def _script_response(
+        self, request: ModelRequest
+    ) -> ScriptResponse | Awaitable[ScriptResponse]:
         if self._function is None:
             if self._next >= len(self._responses):
                 raise ModelError(
@@ -102,10 +106,7 @@ class ScriptedModel:
                 )
             self._next += 1
             return self._responses[self._next - 1]
-        result = self._function(request)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        return self._function(request)
 
     def _normalise(self, item: ScriptItem) -> Item:
         if isinstance(item, str):

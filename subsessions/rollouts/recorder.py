@@ -26,15 +26,14 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
-import orjson
-
-from subsessions.clock import clock
 from subsessions.errors import RolloutError
 from subsessions.rollouts.files import make_private_dirs, temporary_name
+from subsessions.rollouts.lines import RolloutRecorder as RolloutRecorder
+from subsessions.rollouts.lines import Written as Written
+from subsessions.rollouts.lines import rollout_path as rollout_path
 
 # Never through a symlink: a planted one would make us append to someone else's file.
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -49,8 +48,6 @@ _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 INLINE_BYTES = 16 * 1024  # a durable chunk this small may be written on the loop
 INLINE_SECONDS = 0.002  # ... as long as no such write ever took longer
 
-# Called on the event loop once a chunk is in its file (None) or could not be written.
-Written = Callable[[RolloutError | None], None]
 _Waiter = tuple[Written, str]
 
 
@@ -282,102 +279,3 @@ def _resolve(waiters: list[_Waiter], failed: dict[str, str]) -> None:
 def _set_done(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-_path_stamps: dict[int, tuple[str, str]] = {}
-
-
-def rollout_path(home: Path, session_id: str, started: float) -> str:
-    """`home/sessions/YYYY/MM/DD/rollout-YYYY-MM-DDThh-mm-ss-<id>.jsonl` in local time."""
-    second = int(started)
-    stamps = _path_stamps.get(second)
-    if stamps is None:  # one strftime pair a second, not one a session
-        local = time.localtime(second)
-        stamps = (time.strftime("%Y/%m/%d", local), time.strftime("%Y-%m-%dT%H-%M-%S", local))
-        _path_stamps.clear()
-        _path_stamps[second] = stamps
-    return f"{home}/sessions/{stamps[0]}/rollout-{stamps[1]}-{session_id}.jsonl"
-
-
-class RolloutRecorder:
-    """One session's rollout: buffered lines in the envelope of DESIGN 3.5.
-
-    The buffer is one bytearray: orjson's output objects carry kilobytes of spare
-    capacity, so holding them until a flush would cost far more than the lines.
-    """
-
-    __slots__ = ("_buffer", "_depth", "_dirty", "_first", "_writer", "path")
-
-    def __init__(
-        self, writer: RolloutWriter, path: str, dirty: set[RolloutRecorder] | None = None,
-        depth: int = 0,
-    ) -> None:
-        self._writer = writer
-        self._buffer = bytearray()
-        self._dirty = dirty  # where a recorder with unwritten lines announces itself
-        self._depth = depth  # the session's: its file is written before its parent's
-        self._first: list[Callable[[], None]] | None = None  # see before_flush
-        self.path = path
-
-    def __repr__(self) -> str:
-        return f"<RolloutRecorder {self.path} buffered={len(self._buffer)}B>"
-
-    def record(self, kind: str, payload: dict[str, Any]) -> None:
-        if not self._buffer and self._dirty is not None:
-            self._dirty.add(self)
-        # The envelope by hand around orjson's payload: one object fewer to serialise per line.
-        self._buffer += b'{"timestamp":"%s","type":"%s","payload":%s}\n' % (
-            clock.now().encode(), kind.encode(), orjson.dumps(payload)
-        )
-
-    def start_new_line(self) -> None:
-        """End a torn last line left by a crash, so the next record starts whole."""
-        if not self._buffer and self._dirty is not None:
-            self._dirty.add(self)
-        self._buffer += b"\n"
-
-    def event(self, payload: dict[str, Any]) -> None:
-        self.record("event_msg", payload)
-
-    def before_flush(self, call: Callable[[], None]) -> None:
-        """Call `call` before this recorder's next lines go to the writer: a spawned
-        child's head is handed over first, yet not on the spawn path itself."""
-        if self._first is None:
-            self._first = [call]
-        else:
-            self._first.append(call)
-
-    def _call_first(self) -> None:
-        calls, self._first = self._first, None
-        for call in calls or ():
-            call()
-
-    def flush(self) -> None:
-        """Hand what is buffered to the writer without waiting for it."""
-        if self._first is not None:
-            self._call_first()
-        if self._buffer:
-            data, self._buffer = self._buffer, bytearray()  # handed over, not copied
-            self._writer.submit(self.path, data, None, self._depth)
-
-    def flush_then(self, written: Written) -> None:
-        """Hand what is buffered to the writer; `written` is called once it is in the file."""
-        if self._first is not None:
-            self._call_first()
-        data, self._buffer = self._buffer, bytearray()
-        self._writer.submit(self.path, data, written, self._depth)
-
-    def flush_durable(self) -> asyncio.Future[None]:
-        """Hand what is buffered to the writer; the future resolves once it is in the file."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def written(error: RolloutError | None) -> None:
-            if future.done():
-                return
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
-
-        self.flush_then(written)
-        return future
