@@ -418,6 +418,25 @@ async def test_http_refuses_a_non_loopback_host(home: Path, fake_openai: FakeOpe
     assert code == 1 and "is not HOST:PORT" in err
 
 
+async def test_the_printed_url_can_be_dialled_at_once(
+    home: Path, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A host dials the URL the moment it reads it: the socket listens by then, even while the
+    server is still starting (stopped here with SIGSTOP the moment the line is read, the
+    kernel completes the handshake from the listen backlog; before, this was refused)."""
+    async with http_server(home, fake_openai, tmp_path) as (url, proc):
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            found = re.search(r"//([^/]+):(\d+)/", url)
+            assert found, url
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(found[1], int(found[2])), 10)
+            writer.close()
+            await writer.wait_closed()
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+
+
 async def test_streamable_http(
     home: Path, tmp_path: Path, fake_openai: FakeOpenAI, children: Children
 ) -> None:

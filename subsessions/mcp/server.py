@@ -279,6 +279,7 @@ async def _serve_http(
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(2048)  # before the URL is printed: a host may dial it at once
     except OSError as exc:
         sock.close()
         raise ConfigError("command line", "--http", f"cannot listen on {host}:{port}: "
