@@ -22,6 +22,7 @@ from subsessions.errors import BudgetExhausted
 from subsessions.ids import new_session_id
 from subsessions.items import Item
 from subsessions.kit import Kit, own_kit
+from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
 from subsessions.models.base import TokenUsage
 from subsessions.origin import NEW as NEW
@@ -37,7 +38,7 @@ from subsessions.tree import SessionTree
 from subsessions.usage import Usage
 
 
-class SessionState(SessionParts):
+class SessionState(SessionParts[SubsessionManager]):
     """One conversation's state (a top-level session or a child): see `Session`."""
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).

@@ -19,7 +19,7 @@ from subsessions.kit import Kit
 from subsessions.loop import Settles
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts.recorder import RolloutRecorder
-from subsessions.runtime import Runtime
+from subsessions.services import Services
 from subsessions.tools.context import ToolContext
 from subsessions.tree import SessionTree
 from subsessions.usage import Usage
@@ -42,7 +42,8 @@ class Member(Caller, Protocol):
     def ended(self) -> bool: ...  # a child whose one task has written its ending
     @property
     def wrote_meta(self) -> bool: ...  # its rollout has its session_meta
-    runtime: Runtime
+    @property
+    def runtime(self) -> Services: ...
     tree: SessionTree
     recorder: RolloutRecorder
     @property

@@ -13,12 +13,16 @@ from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
 from subsessions.models.base import TokenUsage
 from subsessions.rollouts.recorder import RolloutRecorder
+from subsessions.runtime import Runtime
 from subsessions.task_hooks import Hooked
 from subsessions.usage import Usage
 
 
 class TaskHost(Hooked, Protocol):
     """What a task needs of its session (and may change: history, counters)."""
+
+    @property
+    def runtime(self) -> Runtime: ...  # its model client, tracer, backend (the hooks' too)
 
     recorder: RolloutRecorder
     model: str
