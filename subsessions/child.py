@@ -1,5 +1,6 @@
 """Child: the one owner of a child's life as its parent knows it: its stop, its outcome,
-its place in the queue, who waits for it, and the facts its listings report.
+its place in the queue, who waits for it, and what it ran up (its `Tally`: when it began,
+tokens, turns, tool calls, last message), which a run elsewhere lands in through `apply`.
 
 Its session (`body`) is what its tasks run on; the body reads its stop here. The status is
 derived from these fields alone, and `finished` resolves at the one `settle`, so waiters
@@ -29,6 +30,8 @@ from subsessions.children import (
     Stop,
 )
 from subsessions.errors import BudgetExhausted, ChildCancelled, ChildFailed, ChildNotFinished
+from subsessions.figures import Figures
+from subsessions.models.base import NO_USAGE, TokenUsage
 from subsessions.usage import Usage
 
 
@@ -40,22 +43,17 @@ class Body(Protocol):
     @property
     def model(self) -> str: ...
     @property
-    def started_at(self) -> float: ...
-    @property
     def rollout_path(self) -> str: ...
-    @property
-    def answering_model(self) -> str: ...
     @property
     def call_id(self) -> str | None: ...  # the call that spawned it
     @property
     def ended(self) -> bool: ...  # its task has written its ending
-    last_message: str | None
     @property
     def budget(self) -> Budget | None: ...
     taking_messages: bool  # its task will read sent messages before another model call
 
-    def usage(self, include_children: bool = False) -> Usage: ...
     def cancel_task(self) -> None: ...  # deliver a cancel to its running task, if any
+    def count_spent(self, spent: tuple[int, int]) -> None: ...  # its meter's (turns, tokens)
 
 
 B = TypeVar("B", bound=Body)
@@ -67,7 +65,26 @@ def _settle_itself(child: Child[Any], outcome: Ending) -> None:
 
 
 @define(eq=False, repr=False)
-class Child(Generic[B]):
+class Tally:
+    """What a session's tasks ran up, as its listings report it: the one place its counters
+    live (a child's are its `Child`'s, which is one; a top-level session holds its own)."""
+
+    begun: float = field(factory=time.time, kw_only=True)  # when the session began
+    token_usage: TokenUsage = field(default=NO_USAGE, kw_only=True)
+    turns: int = field(default=0, kw_only=True)  # model calls made
+    tool_calls: int = field(default=0, kw_only=True)  # function calls run
+    answered_by: str | None = field(default=None, kw_only=True)  # the model that answered last
+    last_message: str | None = field(default=None, kw_only=True)  # its last assistant message
+
+    def usage(self) -> Usage:
+        """Its own usage (its descendants' are theirs)."""
+        tokens = self.token_usage
+        return Usage(input_tokens=tokens.input_tokens, output_tokens=tokens.output_tokens,
+                     tool_calls=self.tool_calls, turns=self.turns, estimated=tokens.estimated)
+
+
+@define(eq=False, repr=False)
+class Child(Tally, Generic[B]):
     """One child: made by its parent before its body, which reads its stop here.
 
     Invariants: `outcome` is set once, by `settle` (a second settle raises); `stop` is the
@@ -175,6 +192,16 @@ class Child(Generic[B]):
         if self._finished is not None:
             self._finished.set_result(None)
 
+    def apply(self, figures: Figures) -> None:
+        """The one place a run in another process (a Ray shard) lands: its counters, the
+        model that answered, and what its meter counted."""
+        self.token_usage = figures.token_usage
+        self.turns = figures.turns
+        self.tool_calls = figures.tool_calls
+        self.answered_by = figures.answered_by
+        if figures.spent is not None:
+            self.body.count_spent(figures.spent)
+
     # -- what it reports --------------------------------------------------------------------
     def result(self) -> str | None:
         """An ended child's last message, or the error of how it did not complete."""
@@ -191,12 +218,12 @@ class Child(Generic[B]):
         """The `subagent.completed` / `subagent.failed` payload: built only for listeners."""
         body, outcome = self.body, self.outcome
         ended = self.ended_at or time.time()
-        usage = body.usage()
+        usage = self.usage()
         data: dict[str, Any] = {
             "tool_call_id": body.call_id, "agent_name": body.agent_name,
             "remote_session_id": self.session_id, "model": body.model,
             "total_tokens": usage.total_tokens, "total_tool_calls": usage.tool_calls,
-            "turns": usage.turns, "duration_ms": round((ended - body.started_at) * 1000),
+            "turns": usage.turns, "duration_ms": round((ended - self.begun) * 1000),
         }
         if not isinstance(outcome, Done):
             data["error"] = outcome.error if isinstance(outcome, Failed) else "cancelled"
@@ -212,13 +239,13 @@ class Child(Generic[B]):
             model=body.model,
             # a failed child's last message stays readable (a budget stopped it mid-work)
             result=outcome.result if isinstance(outcome, Done) else (
-                body.last_message if isinstance(outcome, Failed) else None),
+                self.last_message if isinstance(outcome, Failed) else None),
             error=outcome.error if isinstance(outcome, Failed) else None,
-            started_at=body.started_at,
+            started_at=self.begun,
             ended_at=self.ended_at,
             rollout_path=body.rollout_path,
-            usage=body.usage(),
-            answering_model=body.answering_model,
-            last_message=body.last_message,
+            usage=self.usage(),
+            answering_model=self.answered_by or body.model,
+            last_message=self.last_message,
             budget=body.budget,
         )

@@ -9,7 +9,7 @@ from typing import Generic, Protocol
 from subsessions.child import B, Child
 from subsessions.children import ChildInfo, ChildStatus
 from subsessions.errors import SessionBusy, UnknownSession
-from subsessions.runtime import Runtime
+from subsessions.services import Services
 
 
 class Owner(Protocol):
@@ -18,7 +18,7 @@ class Owner(Protocol):
     @property
     def session_id(self) -> str: ...
     @property
-    def runtime(self) -> Runtime: ...
+    def runtime(self) -> Services: ...
 
 
 class ChildBook(Generic[B]):

@@ -1,5 +1,5 @@
 """Figures: what a child's task ran up in another process (a Ray shard), as its parent
-shows it; `Session.apply` takes them in one place."""
+shows it; `Child.apply` takes them in one place."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from subsessions import composition, waits
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
-from subsessions.child import Child
+from subsessions.child import Child, Tally
 from subsessions.child_book import ChildBook
 from subsessions.children import (
     Cancelled,
@@ -205,9 +205,11 @@ class SubsessionManager(ChildBook[Member]):
         parent.wake()  # whether to is Session.wake's to decide (wake_on_child_end, idle)
 
     def adopt_ended(self, session_id: str, state: Ending, ended_at: float | None,
-                    body: Callable[[Record], Member]) -> None:
-        """Know a child that ended in an earlier run (resume): it can be waited for."""
-        record: Record = Child(session_id, self._settle_one, state, ended_at=ended_at)
+                    body: Callable[[Record], Member], ran: Tally) -> None:
+        """Know a child that ended in an earlier run (resume): it can be waited for; `ran`
+        is when it began and what its rollout counted."""
+        record: Record = Child(session_id, self._settle_one, state, ended_at=ended_at,
+                               begun=ran.begun, token_usage=ran.token_usage)
         record.body = body(record)
         record.body.release()  # run again, it reloads its history from its rollout
         self._children[session_id] = record

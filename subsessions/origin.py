@@ -30,6 +30,7 @@ class Origin:
     started_at: float | None = None  # None: now
     history: tuple[Item, ...] = ()
     token_usage: TokenUsage = NO_USAGE
+    counts: tuple[int, int] = (0, 0)  # turns, tool calls (a shard's child: its earlier tasks')
     forked_from: str | None = None
     resume_report: str | None = None  # what resuming or forking read and skipped
     ledger: TreeLedger = LOCAL  # a top-level session's tree is counted elsewhere too

@@ -12,6 +12,7 @@ session open already, here or in another engine?) and registers what comes back.
 from __future__ import annotations
 
 import os
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from attrs import evolve, frozen
 
 from subsessions.budget import parse_budget
-from subsessions.child import Child
+from subsessions.child import Child, Tally
 from subsessions.children import Cancelled, Done, Ending, Failed
 from subsessions.config import SessionConfig
 from subsessions.errors import RolloutError, SessionBusy, SubsessionError, echo
@@ -145,7 +146,9 @@ def _adopt_children(runtime: Runtime, session: Session, known: list[_Known]) -> 
             child.rollout.session_id, child.ending, child.ended_at, partial(
                 _adopted, runtime, _config(child.rollout, None), child.origin, session,
                 source if isinstance(source, str | dict) else "exec",
-                Profile(name=optional_text(meta.get("session_type")) or "custom")))
+                Profile(name=optional_text(meta.get("session_type")) or "custom")),
+            Tally(begun=child.origin.started_at or time.time(),
+                  token_usage=child.origin.token_usage))
 
 
 def _adopted(runtime: Runtime, config: SessionConfig, origin: Origin, parent: Session,

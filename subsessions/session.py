@@ -18,7 +18,6 @@ from subsessions.child import Child
 from subsessions.config import SessionConfig
 from subsessions.errors import InvalidArguments, SessionBusy, SubsessionError
 from subsessions.events import EventHandler, EventStream
-from subsessions.figures import Figures
 from subsessions.handlers import parent_message
 from subsessions.kit import Kit, child_config
 from subsessions.ledger import TreeLedger
@@ -91,16 +90,6 @@ class Session(SessionState):
         if extras.elsewhere is None:
             extras.elsewhere = {}
         extras.elsewhere[session_id] = usage
-
-    def apply(self, figures: Figures) -> None:
-        """Its figures from the process its task runs in (a shard): usage, the answering
-        model, and what its meter has counted."""
-        self.token_usage = figures.token_usage
-        self.turns = figures.turns
-        self.tool_calls = figures.tool_calls
-        self.answered_by = figures.answered_by
-        if figures.spent is not None and (self.metered or any(figures.spent)):
-            self.meter.turns, self.meter.tokens = figures.spent
 
     def task_begins(self) -> None:
         self._task = asyncio.current_task()

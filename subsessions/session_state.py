@@ -15,14 +15,16 @@ from functools import partial
 from typing import Any
 
 from subsessions.budget import Budget
-from subsessions.child import Child
+from subsessions.child import Child, Tally
 from subsessions.children import CANCEL, Stop
 from subsessions.config import SessionConfig, Tool
 from subsessions.errors import BudgetExhausted
 from subsessions.ids import new_session_id
 from subsessions.items import Item
 from subsessions.kit import Kit, own_kit
+from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
+from subsessions.models.base import TokenUsage
 from subsessions.origin import NEW as NEW
 from subsessions.origin import Origin as Origin
 from subsessions.origin import Phase as Phase
@@ -36,15 +38,14 @@ from subsessions.tree import SessionTree
 from subsessions.usage import Usage
 
 
-class SessionState(SessionParts):
+class SessionState(SessionParts[SubsessionManager]):
     """One conversation's state (a top-level session or a child): see `Session`."""
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
-        "_meter", "_phase", "_stop", "_task", "answered_by", "call_id", "cwd", "depth",
-        "history", "instructions", "kit", "last_message", "life", "max_turns", "model",
-        "parent", "recorder", "root", "runtime", "session_id", "source", "started_at",
-        "taking_messages", "token_usage", "tool_calls", "tree", "turns",
+        "_meter", "_phase", "_stop", "_task", "call_id", "cwd", "depth", "history",
+        "instructions", "kit", "life", "max_turns", "model", "parent", "recorder", "root",
+        "runtime", "session_id", "source", "taking_messages", "tally", "tree",
     )
 
     parent: SessionState | None
@@ -67,6 +68,11 @@ class SessionState(SessionParts):
         self.session_id = life.session_id if life is not None else (
             origin.session_id or new_session_id())
         self.life = life
+        # its counters: a child's are its record's, a top-level session's (or a shard's
+        # child's) its own
+        self.tally: Tally = life if life is not None else Tally(
+            begun=origin.started_at or time.time(), token_usage=origin.token_usage,
+            turns=origin.counts[0], tool_calls=origin.counts[1])
         self.runtime = runtime
         if kit is not None:
             config, profile = kit.config, kit.profile
@@ -84,7 +90,6 @@ class SessionState(SessionParts):
         self.cwd = config.cwd or runtime.cwd
         self.max_turns = profile.max_turns if profile is not None else config.max_turns
         self.history: list[Item] = list(origin.history)
-        self.token_usage = origin.token_usage
         # its meter: a child's only when a budget applies to it or an ancestor (`meter`)
         self._meter: Meter | None = None
         if parent is None:
@@ -94,14 +99,12 @@ class SessionState(SessionParts):
             if limits is not None or parent.metered:
                 self._meter = self.tree.child_meter(parent.meter, limits, self.stop_for_budget)
         self._stop: Stop | None = None  # a top-level task's first stop (a child's: `life`)
-        self.last_message: str | None = None  # its last assistant message so far
         # sent while it runs, read before its next call (made at the first message)
         self.taking_messages = parent is not None  # a queued child reads its inbox first
         self._task: asyncio.Task[object] | None = None  # its task, from its first line
-        self.started_at = origin.started_at or time.time()
         self.recorder = RolloutRecorder(
             runtime.writer,
-            origin.rollout_path or rollout_path(runtime.home, self.session_id, self.started_at),
+            origin.rollout_path or rollout_path(runtime.home, self.session_id, self.tally.begun),
             runtime.unwritten,
             self.depth,
         )
@@ -110,8 +113,6 @@ class SessionState(SessionParts):
                           partial(runtime.dispatcher.request_permission, self))
         self.kit = kit or Kit(config, profile, {t.name: t for t in config.tools}, tool_context,
                               self.tree, self.depth)
-        self.tool_calls = 0  # function calls run
-        self.answered_by: str | None = None  # the model that answered last, if not `model`
         # a resumed session keeps its first meta
         self._phase = Phase.OPEN if origin.rollout_path is not None else Phase.NEW
         # what few sessions need (children, messages, notes...): made at first use
@@ -120,7 +121,6 @@ class SessionState(SessionParts):
                                 resume_report=origin.resume_report)
                          if origin.inbox or origin.forked_from or origin.resume_report else None,
                          parent is None)
-        self.turns = 0
 
     def __repr__(self) -> str:
         kind = f"child of {self.parent.session_id} depth={self.depth}" if self.parent else "top"
@@ -203,10 +203,36 @@ class SessionState(SessionParts):
     def tool_context(self) -> ToolContext | None:
         return self.kit.tool_context
 
+    # -- its counters (its `tally`'s, read here by hosts and listings) --------------------
+    @property
+    def started_at(self) -> float:
+        return self.tally.begun
+
+    @property
+    def token_usage(self) -> TokenUsage:
+        return self.tally.token_usage
+
+    @property
+    def turns(self) -> int:
+        return self.tally.turns
+
+    @property
+    def tool_calls(self) -> int:
+        return self.tally.tool_calls
+
+    @property
+    def answered_by(self) -> str | None:
+        return self.tally.answered_by
+
+    @property
+    def last_message(self) -> str | None:
+        """Its last assistant message so far."""
+        return self.tally.last_message
+
     @property
     def answering_model(self) -> str:
         """The model that answered last: `model`, or the fallback that stood in for it."""
-        return self.answered_by or self.model
+        return self.tally.answered_by or self.model
 
     def allows(self, tool_name: str) -> bool:
         """Whether this session's profile allowlist admits a tool (no profile admits all)."""
@@ -227,13 +253,7 @@ class SessionState(SessionParts):
 
     def usage(self, include_children: bool = False) -> Usage:
         """Tokens, tool calls and model turns of this session (and its whole tree)."""
-        own = Usage(
-            input_tokens=self.token_usage.input_tokens,
-            output_tokens=self.token_usage.output_tokens,
-            tool_calls=self.tool_calls,
-            turns=self.turns,
-            estimated=self.token_usage.estimated,
-        )
+        own = self.tally.usage()
         if not include_children:
             return own
         family = self.spawned
@@ -277,6 +297,11 @@ class SessionState(SessionParts):
         if deliver:
             self.cancel_task()
         return True
+
+    def count_spent(self, spent: tuple[int, int]) -> None:
+        """What its meter counted elsewhere (a shard: turns, tokens), kept when one counts."""
+        if self.metered or any(spent):
+            self.meter.turns, self.meter.tokens = spent
 
     def cancel_task(self) -> None:
         """Deliver a cancel to its running task (none yet: its first line sees its stop)."""

@@ -19,7 +19,7 @@ from subsessions.kit import Kit
 from subsessions.loop import Settles
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts.recorder import RolloutRecorder
-from subsessions.runtime import Runtime
+from subsessions.services import Services
 from subsessions.tools.context import ToolContext
 from subsessions.tree import SessionTree
 from subsessions.usage import Usage
@@ -42,16 +42,14 @@ class Member(Caller, Protocol):
     def ended(self) -> bool: ...  # a child whose one task has written its ending
     @property
     def wrote_meta(self) -> bool: ...  # its rollout has its session_meta
-    runtime: Runtime
+    @property
+    def runtime(self) -> Services: ...
     tree: SessionTree
     recorder: RolloutRecorder
     @property
     def rollout_path(self) -> str: ...
     @property
     def spawned(self) -> Family | None: ...  # its children, if it ever had any
-    @property
-    def answering_model(self) -> str: ...
-    last_message: str | None
     @property
     def budget(self) -> Budget | None: ...
     taking_messages: bool
@@ -63,6 +61,7 @@ class Member(Caller, Protocol):
     def usage(self, include_children: bool = False) -> Usage: ...
     def remote_usages(self) -> Iterable[Usage]: ...  # of descendants run by another process
     def cancel_task(self) -> None: ...
+    def count_spent(self, spent: tuple[int, int]) -> None: ...  # a shard's meter's
     def write_meta(self) -> None: ...
     def close_events(self) -> None: ...  # it has ended: its streams end
     def release(self) -> None: ...

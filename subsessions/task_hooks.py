@@ -8,14 +8,15 @@ from typing import Any, Protocol
 from subsessions.dispatch import Caller
 from subsessions.errors import SubsessionError
 from subsessions.events import emit
-from subsessions.runtime import Runtime
+from subsessions.services import Services
 from subsessions.tree import SessionTree
 
 
 class Hooked(Caller, Protocol):
     """What the hooks around a task read of its session."""
 
-    runtime: Runtime
+    @property
+    def runtime(self) -> Services: ...
     tree: SessionTree
     @property
     def is_child(self) -> bool: ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from subsessions.child import Tally
 from subsessions.children import Stop
 from subsessions.errors import BudgetExhausted
 from subsessions.items import Item
@@ -12,6 +13,7 @@ from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
 from subsessions.models.base import TokenUsage
 from subsessions.rollouts.recorder import RolloutRecorder
+from subsessions.runtime import Runtime
 from subsessions.task_hooks import Hooked
 from subsessions.usage import Usage
 
@@ -19,13 +21,18 @@ from subsessions.usage import Usage
 class TaskHost(Hooked, Protocol):
     """What a task needs of its session (and may change: history, counters)."""
 
+    @property
+    def runtime(self) -> Runtime: ...  # its model client, tracer, backend (the hooks' too)
+
     recorder: RolloutRecorder
     model: str
     depth: int
     def usage(self, include_children: bool = False) -> Usage: ...
 
     kit: Kit
-    tool_calls: int  # function calls run (the session's usage)
+    tally: Tally  # its counters: tokens, turns, tool calls, last message
+    @property
+    def token_usage(self) -> TokenUsage: ...  # its tally's (the spans read it)
 
     @property
     def subsessions(self) -> SubsessionManager: ...  # the sub-session tools act on it
@@ -33,14 +40,10 @@ class TaskHost(Hooked, Protocol):
     async def tell_parent(self, message: str) -> str: ...  # send_parent_message
 
     history: list[Item]
-    turns: int
-    token_usage: TokenUsage
-    answered_by: str | None  # the model that answered last, when it was not `model`
     @property
     def meter(self) -> Meter: ...  # what it spent against its budget (and its ancestors')
     @property
     def metered(self) -> bool: ...  # a budget applies to it or an ancestor
-    last_message: str | None  # its last assistant message so far
     @property
     def inbox(self) -> list[str]: ...  # messages sent to it while it runs (send_message)
     @property

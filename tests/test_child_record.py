@@ -22,8 +22,11 @@ from subsessions import (
 from subsessions.child import Child
 from subsessions.children import Done, Failed
 from subsessions.events import SessionEvent
+from subsessions.figures import Figures
+from subsessions.models.base import TokenUsage
 from subsessions.rollouts.reader import read_rollout
 from subsessions.testing import plain_ending
+from subsessions.usage import Usage
 
 WORKER = Profile(name="worker", developer_instructions="work")
 
@@ -104,3 +107,24 @@ async def test_settle_is_the_one_terminal_transition() -> None:
     with pytest.raises(RuntimeError, match="has ended already"):
         record.settle(Failed("late"))
     assert record.result() == "answer"  # the first ending stands
+
+
+class _Body:
+    """What `Child.apply` hands its body: the meter's figures, when a shard counted them."""
+
+    def __init__(self) -> None:
+        self.spent: list[tuple[int, int]] = []
+
+    def count_spent(self, spent: tuple[int, int]) -> None:
+        self.spent.append(spent)
+
+
+def test_a_remote_runs_figures_land_in_the_childs_record() -> None:
+    record: Child[Any] = Child("c", begun=100.0)
+    body = _Body()
+    record.body = body  # type: ignore[assignment]
+    record.apply(Figures(TokenUsage(7, 3), 2, 1, "backup", (2, 10)))
+    assert record.usage() == Usage(7, 3, 1, 2)
+    assert (record.answered_by, record.begun, body.spent) == ("backup", 100.0, [(2, 10)])
+    record.apply(Figures(TokenUsage(9, 4), 3, 1, None))  # a live figure: no meter's
+    assert (record.usage().turns, record.answered_by, body.spent) == (3, None, [(2, 10)])

@@ -145,8 +145,10 @@ class RayBackend:
             if family is not None and family.has_children:
                 await family.abort_all_children(child.budget_stop)
             child.task_ended()
-        child.apply(Figures(outcome.token_usage, outcome.turns, outcome.tool_calls,
-                            outcome.answered_by, outcome.spent))
+        life = child.life
+        assert life is not None  # a driver's child always has its record
+        life.apply(Figures(outcome.token_usage, outcome.turns, outcome.tool_calls,
+                           outcome.answered_by, outcome.spent))
         if outcome.budget_stop is not None:
             stop = BudgetExhausted(*outcome.budget_stop)
             child.claim_budget_stop(stop)

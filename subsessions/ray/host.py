@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from attrs import define, evolve, field, fields
 
 from subsessions import otel
+from subsessions.child import Child
 from subsessions.clock import clock
 from subsessions.config import Hooks, Invocation
 from subsessions.dispatch import call_maybe_async
@@ -135,8 +136,9 @@ class Answerer:
         if child is None:
             return
         if session_id == child_id:
-            child.apply(Figures(child.token_usage, max(child.turns, turns),
-                                max(child.tool_calls, calls), child.answered_by))
+            life = _life(child)
+            life.apply(Figures(life.token_usage, max(life.turns, turns),
+                               max(life.tool_calls, calls), life.answered_by))
         else:
             known = child.remote_usage(session_id)
             child.count_remote(session_id, evolve(known, turns=max(known.turns, turns),
@@ -216,7 +218,7 @@ class Answerer:
         if event.type == "subagent.usage":
             _spent(child, event)
         elif event.type == "assistant.message" and event.session_id == event.child_id:
-            child.last_message = event.data.get("content")
+            _life(child).last_message = event.data.get("content")
         if event.session_id == event.child_id:
             data = {k: v for k, v in event.data.items() if k != "parent_tool_call_id"}
             emit(child.events, event.type, data)
@@ -224,14 +226,22 @@ class Answerer:
             _deliver_up(child.events, event)
 
 
+def _life(child: Session) -> Child[Any]:
+    """The record of a child this driver runs on a shard: where its figures land."""
+    life = child.life
+    assert life is not None  # a driver's child is always its parent's
+    return life
+
+
 def _spent(child: Session, event: Event) -> None:
     """A model call in a remote child's subtree: the child's live usage (what its parent's
     `list_sessions` shows) and its tree's budget, which the driver's root meter counts."""
     data = event.data
     if event.session_id == event.child_id:
-        child.apply(Figures(TokenUsage(data["input_tokens"], data["output_tokens"],
-                                       estimated=data.get("estimated", False)),
-                            data["turns"], data["tool_calls"], child.answered_by))
+        life = _life(child)
+        life.apply(Figures(TokenUsage(data["input_tokens"], data["output_tokens"],
+                                      estimated=data.get("estimated", False)),
+                           data["turns"], data["tool_calls"], life.answered_by))
     else:  # one of its own children (or theirs): its parent's roll-up counts it
         child.count_remote(event.session_id, Usage(data["input_tokens"], data["output_tokens"],
                                                    data["tool_calls"], data["turns"],

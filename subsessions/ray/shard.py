@@ -23,7 +23,6 @@ from subsessions.config import Hooks, Invocation, SessionConfig, Tool
 from subsessions.dispatch import Dispatcher
 from subsessions.errors import BudgetExhausted, RolloutError, error_text
 from subsessions.events import SessionEvent
-from subsessions.figures import Figures
 from subsessions.handlers import parent_message
 from subsessions.meter import Meter, Stop
 from subsessions.models.base import ModelRequest, ModelResponse
@@ -91,6 +90,7 @@ class ShardChild(Session):
             runtime, config, parent=parent, profile=spec.profile, call_id=spec.call_id,
             source=spec.source, tool_context=spec.tool_context, budget=spec.budget,
             origin=Origin(spec.session_id, spec.rollout_path, started_at=spec.started_at,
+                          token_usage=spec.token_usage, counts=spec.counts,
                           history=tuple(read_rollout(spec.rollout_path).response_items()
                                         if spec.follow_up else ()),
                           inbox=tuple(spec.inbox)))
@@ -99,6 +99,7 @@ class ShardChild(Session):
         if share is not None:  # counted against its tree's limits too (`remote`)
             self.meter = Meter(self.meter.limits, share, self.stop_for_budget, self.tree.alarms)
         self.meter.started -= spec.elapsed  # its clock counts from its spawn in the driver
+        self.count_spent(spec.spent)  # what its earlier tasks' meter counted
 
     @classmethod
     def remote(cls, runtime: Runtime, spec: ChildSpec, parent: Session, tools: tuple[Tool, ...],
@@ -113,7 +114,6 @@ class ShardChild(Session):
             share.turns, share.tokens = spec.tree_spent
         child = cls(runtime, evolve(spec.config, tools=tools), parent=parent, spec=spec,
                     share=share, to_parent=to_parent)
-        child.apply(Figures(spec.token_usage, *spec.counts, None, spec.spent))
         return child
 
     def _claim(self) -> bool:
