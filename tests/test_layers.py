@@ -120,7 +120,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "tools.sandbox", "tools.seccomp", "tools.shell"),
     3: ("dispatch", "runtime", "services"),
     4: ("batch.runner", "batch.planning", "child_book", "composition", "loop", "manager",
-        "parts", "spawning", "task_children", "task_hooks", "task_host"),
+        "parts", "spawning", "task_budget", "task_children", "task_hooks", "task_host"),
     5: ("handlers.subsessions", "task"),
     6: ("resume", "session", "session_state"),
     7: ("control.methods", "control.server", "engine", "ray", "ray.backend", "ray.channel",
