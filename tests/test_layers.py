@@ -125,7 +125,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     6: ("resume", "session", "session_state"),
     7: ("control.methods", "control.server", "engine", "ray", "ray.backend", "ray.channel",
         "ray.groups", "ray.host", "ray.ledger", "ray.placement", "ray.replies", "ray.shard",
-        "ray.wire"),
+        "ray.spec", "ray.wire"),
     8: ("", "__main__", "_exports", "access", "batch.command", "batch.progress", "cli", "demo",
         "demo_work", "mcp.connection", "mcp.app", "mcp.front", "mcp.server",
         "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
