@@ -127,7 +127,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "ray.groups", "ray.host", "ray.ledger", "ray.placement", "ray.replies", "ray.shard",
         "ray.spec", "ray.wire"),
     8: ("", "__main__", "_exports", "access", "batch.command", "batch.progress", "cli", "demo",
-        "demo_work", "mcp.connection", "mcp.app", "mcp.front", "mcp.server",
+        "demo_work", "mcp.connection", "mcp.app", "mcp.front", "mcp.resources", "mcp.server",
         "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
         "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",
         "serve.history", "serve.peer", "serve.served", "serve.server", "serve.wire", "testing",
