@@ -18,8 +18,9 @@ from subsessions import resume
 from subsessions.config import SessionConfig, derive_config
 from subsessions.control.server import ControlServer
 from subsessions.dispatch import Dispatcher
+from subsessions.engine_close import shut_down
+from subsessions.engine_mcp import McpSources
 from subsessions.errors import (
-    ConfigError,
     InvalidArguments,
     SessionBusy,
     UnknownSession,
@@ -41,7 +42,6 @@ from subsessions.settings import default_home
 
 # The top-level sessions open in any engine of this process, so none is resumed twice.
 OPEN_IN_THIS_PROCESS: set[str] = set()
-HOOK_SECONDS = 5.0  # how long close waits for the hosts' on_session_end hooks
 
 
 class Engine:
@@ -94,11 +94,7 @@ class Engine:
             pace_collector=pace_collector,
             tracer=engine_tracer(tracer_provider, capture_content),  # (the [otel] extra)
         )
-        self._mcp_sources: list[Any] = []  # McpServers, started lazily, stopped at close
-        if mcp_servers:
-            self._mcp_sources.append(_mcp_servers(mcp_servers, mcp_source))
-        self._mcp_engine_sources = tuple(self._mcp_sources)
-        self._mcp_by_tables: dict[int, tuple[Mapping[str, Any], Any]] = {}
+        self._mcp = McpSources(mcp_servers, mcp_source)  # started lazily, stopped at close
         self._closing: asyncio.Task[None] | None = None
         self._control: ControlServer | None = None  # opened by a config with control=True
 
@@ -199,7 +195,7 @@ class Engine:
                 raise SessionBusy(session_id, "already exists; resume it instead")
         self._runtime.start_flusher()
         config = config or SessionConfig()
-        mcp_tools, mcp_errors = await self._mcp_tools(config)
+        mcp_tools, mcp_errors = await self._mcp.tools(config)
         if mcp_tools:
             config = evolve(config, tools=(*config.tools, *mcp_tools))
         chosen = None
@@ -262,24 +258,6 @@ class Engine:
         self._dispatcher.register(session)
         return session
 
-    async def _mcp_tools(self, config: SessionConfig) -> tuple[tuple[Any, ...], dict[str, str]]:
-        """The engine's and the config's MCP servers' tools, starting each source once."""
-        sources = list(self._mcp_engine_sources)
-        if config.mcp_servers:
-            key = id(config.mcp_servers)
-            known = self._mcp_by_tables.get(key)
-            if known is None or known[0] is not config.mcp_servers:  # once per engine
-                own = _mcp_servers(config.mcp_servers, "SessionConfig.mcp_servers")
-                known = self._mcp_by_tables[key] = (config.mcp_servers, own)
-                self._mcp_sources.append(own)
-            sources.append(known[1])
-        tools: list[Any] = []
-        errors: dict[str, str] = {}
-        for source in sources:
-            tools.extend(await source.tools())
-            errors.update(source.errors)
-        return tuple(tools), errors
-
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
 
@@ -326,54 +304,12 @@ class Engine:
         self._runtime.start_closing()
         if self._closing is None:
             self._closing = asyncio.get_running_loop().create_task(
-                self._shut_down(), name="subsessions-close"
+                shut_down(self._runtime, self._sessions, self._dispatcher, self._control,
+                          self._mcp, OPEN_IN_THIS_PROCESS), name="subsessions-close"
             )
         if self._runtime.owns(asyncio.current_task()):
             return  # called from inside the engine: the shutdown will cancel the caller
         await asyncio.shield(self._closing)
-
-    async def _shut_down(self) -> None:
-        sessions = list(self._sessions.values())
-        self._runtime.cancel_top_tasks()  # a top-level task aborts its own children first
-        await asyncio.gather(
-            *(s.subsessions.abort_all_children() for s in sessions), return_exceptions=True
-        )
-        if self._control is not None:  # its requests in flight are answered, then it goes
-            await self._control.aclose()
-        await self._end_hooks(sessions)
-        await self._runtime.drain()
-        try:
-            if self._runtime.backend is not None:  # every task has ended: its workers go
-                await self._runtime.backend.aclose()
-            await self._runtime.stop_flusher()
-            flushed = [s.recorder.flush_durable() for s in sessions]
-            if flushed:
-                await asyncio.wait(flushed)
-            for future in flushed:
-                future.exception()  # retrieved: a failed last write must not warn at exit
-            for source in self._mcp_sources:
-                await source.aclose()
-        finally:
-            await self._runtime.aclose()
-            for session in sessions:
-                session.close_events()
-                OPEN_IN_THIS_PROCESS.discard(session.session_id)
-            self._sessions.clear()
-            self._dispatcher.clear()
-
-    async def _end_hooks(self, sessions: list[Session]) -> None:
-        """Top-level `on_session_end` hooks, after the cancelling, never for long."""
-        loop = asyncio.get_running_loop()
-        hooks = [
-            loop.create_task(self.dispatcher.invoke_hook(s, "on_session_end", {"reason": "close"}))
-            for s in sessions if s.config.hooks is not None
-        ]
-        if hooks:
-            _, late = await asyncio.wait(hooks, timeout=HOOK_SECONDS)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late)
 
 
 def _on_disk(home: Path, session_id: str) -> bool:
@@ -382,13 +318,3 @@ def _on_disk(home: Path, session_id: str) -> bool:
     except UnknownSession:
         return False
     return True
-
-
-def _mcp_servers(tables: Mapping[str, Any], source: str) -> Any:
-    """An `McpServers` for the tables; the MCP SDK is an optional extra."""
-    try:
-        from subsessions.mcp.client import McpServers
-    except ImportError:
-        raise ConfigError(source, "mcp_servers", "needs the MCP SDK: pip install "
-                          "'subsessions[mcp]'") from None
-    return McpServers(tables, source=source)

@@ -37,9 +37,9 @@ from subsessions.items import (
     user_message,
 )
 from subsessions.loop import Settles, settle_when_written
-from subsessions.meter import Meter
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.rollouts import records
+from subsessions.task_budget import budget_cancelled, budget_ending, check, fresh
 from subsessions.task_children import children_at_turn_end, deliver_notices
 from subsessions.task_hooks import announce_end, budget_limited, prompt_hooks
 from subsessions.task_host import TaskHost
@@ -86,11 +86,11 @@ async def run(host: TaskHost, prompt: str, first: bool | None,
         try:
             stop = host.stop
             if isinstance(stop, BudgetExhausted):  # stopped by a budget before its first line
-                raise _fresh(stop)
+                raise fresh(stop)
             if stop is not None:  # cancelled before its first line
                 raise asyncio.CancelledError
             if host.metered and not (first and host.is_child):  # (clamped at spawn)
-                _check(host, host.meter.spent())
+                check(host, host.meter.spent())
             if host.tree.config.hooks is not None:
                 prompt = await prompt_hooks(host, prompt, first)
             while not host.is_child and host.has_mail:  # its children's, sent while it was idle
@@ -120,13 +120,13 @@ async def run(host: TaskHost, prompt: str, first: bool | None,
             ending = records.completed(turn_id, started, answer)
         except asyncio.CancelledError:
             stop = host.budget_stop
-            if stop is not None and _budget_cancelled():
-                ending = _budget_ending(turn_id, started, stop)
-                raise _fresh(stop) from None
+            if stop is not None and budget_cancelled():
+                ending = budget_ending(turn_id, started, stop)
+                raise fresh(stop) from None
             cancelled = True
             raise
         except BudgetExhausted as exc:
-            ending = _budget_ending(turn_id, started, exc)
+            ending = budget_ending(turn_id, started, exc)
             raise
         except Exception as exc:
             ending = records.failed(turn_id, started, error_text(exc), _last_answer(host, since))
@@ -187,34 +187,6 @@ def _tell(host: TaskHost, prompt: str) -> None:
     host.history.append(message)
     host.recorder.record("response_item", message)
     host.recorder.event({"type": "user_message", "message": prompt})
-
-
-def _fresh(stop: BudgetExhausted) -> BudgetExhausted:
-    """Each task raises its own exception (a cascade shares one stop among many tasks)."""
-    return BudgetExhausted(stop.kind, stop.limit)
-
-
-def _budget_ending(turn_id: str, started: float, stop: BudgetExhausted) -> list[dict[str, Any]]:
-    return records.budget_limited(turn_id, started, stop.kind, stop.limit, str(stop))
-
-
-def _budget_cancelled() -> bool:
-    """Whether the cancel being handled is the budget's own (one delivered, none other):
-    it then ends the task as a failure; any other cancel still wins as a cancel."""
-    task = asyncio.current_task()
-    return task is not None and task.uncancel() == 0
-
-
-def _check(host: TaskHost, reached: tuple[Meter, BudgetExhausted] | None) -> None:
-    """A budget limit was reached: the session whose limit it is stops (with its tree),
-    and this task ends here, by itself, with the same error."""
-    if reached is None:
-        return
-    meter, error = reached
-    host.claim_budget_stop(error)
-    if meter is not host.meter:
-        meter.stop(error)
-    raise _fresh(error)
 
 
 def _cancelled_by(host: TaskHost) -> str:
@@ -281,7 +253,7 @@ def _answered(host: TaskHost, response: ModelResponse) -> tuple[str | None, list
     _count(host, response.usage)
     if host.metered and (reached := host.meter.charge(
             response.usage.total_tokens, bool(calls) or host.has_mail)) is not None:
-        _check(host, reached)
+        check(host, reached)
     return answer, calls
 
 

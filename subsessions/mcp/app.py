@@ -38,15 +38,14 @@ from subsessions.engine import Engine
 from subsessions.errors import SubsessionError, error_text
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.mcp import run, runs
-from subsessions.mcp.connection import ClientConnection, own_session
+from subsessions.mcp.connection import ClientConnection
 from subsessions.mcp.front import INSTRUCTIONS, NAME
 from subsessions.mcp.progress import progress_line as progress_line  # re-exported
 from subsessions.mcp.progress import report_progress, wants_progress
+from subsessions.mcp.resources import SCHEME, RolloutResources
 from subsessions.mcp.task_listen import TaskListener
 from subsessions.mcp.task_store import Outcome, TaskRegistry
 from subsessions.mcp.tasks import TASK_TOOLS, TasksExtension, version_gated
-from subsessions.mcp.transcript import render_transcript
-from subsessions.rollouts import read_rollout
 from subsessions.session import Session
 from subsessions.settings import Settings
 from subsessions.specs import tool_specs
@@ -64,8 +63,6 @@ LIST_DESCRIPTION = ("The sub-sessions started on this connection, oldest first: 
                     "status, live usage (tokens, turns, tool calls), seconds running, the last "
                     "message so far, the error of a failed one, and the rollout:// URI of each "
                     "transcript.")
-RESOURCE_NOT_FOUND = -32002
-SCHEME = "rollout://"
 _STATE_KEY = "subsessions.client"
 _T = TypeVar("_T")
 
@@ -114,6 +111,7 @@ class SubsessionsMcp:
         # stateless HTTP tasks: the server's, each on a lease of the session idle timeout
         self.stateless_tasks = TaskRegistry(lease=idle_timeout if http else None)
         self._settling: set[asyncio.Task[None]] = set()
+        rollouts = RolloutResources(self.client_for)  # each session's transcript
         self.server: Server[Any] = Server(
             NAME,
             version=__version__,
@@ -121,9 +119,9 @@ class SubsessionsMcp:
             lifespan=self._lifespan,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
-            on_list_resources=self._list_resources,
-            on_list_resource_templates=self._list_templates,
-            on_read_resource=self._read_resource,
+            on_list_resources=rollouts.list_resources,
+            on_list_resource_templates=rollouts.list_templates,
+            on_read_resource=rollouts.read_resource,
             on_subscriptions_listen=TaskListener(self),
         )
         if http:
@@ -315,53 +313,6 @@ class SubsessionsMcp:
             return await work
         finally:
             reporter.cancel()
-
-    # -- resources --------------------------------------------------------------------------
-    async def _list_resources(
-        self, ctx: Context, params: types.PaginatedRequestParams | None
-    ) -> types.ListResourcesResult:
-        session = self.client_for(ctx).session_or_none
-        if session is None or not session.wrote_meta:  # no rollout before its first child
-            return types.ListResourcesResult(resources=[])
-        resources = [types.Resource(
-            uri=f"{SCHEME}{session.session_id}", name=f"session {session.session_id}",
-            description="This connection's parent session", mime_type="text/plain",
-        )]
-        for child in session.subsessions.tree():
-            resources.append(types.Resource(
-                uri=f"{SCHEME}{child.session_id}",
-                name=f"{child.agent_name or 'sub-session'} {child.session_id}",
-                description=f"A sub-session (depth {child.depth})", mime_type="text/plain",
-            ))
-        return types.ListResourcesResult(resources=resources)
-
-    async def _list_templates(
-        self, ctx: Context, params: types.PaginatedRequestParams | None
-    ) -> types.ListResourceTemplatesResult:
-        template = types.ResourceTemplate(
-            uri_template=f"{SCHEME}{{session_id}}", name="rollout",
-            description="The readable transcript of a session's rollout (this "
-            "connection's own sessions only)", mime_type="text/plain",
-        )
-        return types.ListResourceTemplatesResult(resource_templates=[template])
-
-    async def _read_resource(
-        self, ctx: Context, params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
-        uri = str(params.uri)
-        if not uri.startswith(SCHEME):
-            raise MCPError(code=RESOURCE_NOT_FOUND, message=f"not a rollout:// URI: {uri}")
-        try:
-            session = own_session(self.client_for(ctx), uri[len(SCHEME):].rstrip("/"))
-            if session.wrote_meta:  # what it has recorded reaches the disk first
-                with contextlib.suppress(RuntimeError):  # the writer is closed already
-                    await session.flush_durable()
-            rollout = read_rollout(session.rollout_path)
-        except SubsessionError as exc:
-            raise MCPError(code=RESOURCE_NOT_FOUND, message=str(exc), data={"uri": uri}) from None
-        return types.ReadResourceResult(contents=[types.TextResourceContents(
-            uri=uri, mime_type="text/plain", text=render_transcript(rollout),
-        )])
 
 
 async def _cancel_all(session: Session, child_ids: list[str]) -> None:

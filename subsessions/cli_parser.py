@@ -1,0 +1,142 @@
+"""The `subsessions` command line's parser: the options the commands share, and each
+command's arguments. For `mcp` it builds that command's parser only: the other commands'
+modules, imported here to describe themselves, import the engine (`subsessions.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from subsessions._version import __version__
+from subsessions.control import CONTROL_HELP
+from subsessions.mcp.server import idle_timeout_option
+
+
+class Parser(argparse.ArgumentParser):
+    """A usage mistake is one line on stderr (DESIGN 3.3), not argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def command_word(argv: Sequence[str]) -> str | None:
+    """The command word of `argv` (the first word that is not `--home` or its value)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--home":
+            next(words, None)
+        elif not word.startswith("--home="):
+            return word
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; for `mcp`, with that command's parser only (the others
+    import the engine to describe themselves)."""
+    home_help = "state directory (default: $SUBSESSIONS_HOME, else ~/.subsessions)"
+    common = Parser(add_help=False)
+    # SUPPRESS: a --home given before the command is not overwritten by the command's default
+    common.add_argument("--home", type=Path, default=argparse.SUPPRESS, help=home_help)
+    model_options = Parser(add_help=False)
+    model_options.add_argument("--model", help="model id (config: model)")
+    model_options.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. "
+                               "http://127.0.0.1:11434/v1")
+    model_options.add_argument("--wire-api", choices=("responses", "chat"),
+                               help="Responses API or Chat Completions")
+    model_options.add_argument("--api-key-env", metavar="NAME",
+                               help="variable holding the API key (default OPENAI_API_KEY; "
+                               "not needed for a loopback URL)")
+    model_options.add_argument("--max-depth", type=int, help="how deep sub-sessions may nest")
+    model_options.add_argument("--max-children", type=int,
+                               help="sub-sessions running at once in the tree")
+    model_options.add_argument("--ray", metavar="ADDRESS",
+                               help="run sub-sessions on a Ray cluster: 'local', 'auto' or "
+                               "ray://HOST:PORT (needs the [ray] extra; config: [ray])")
+    work_options = Parser(add_help=False)
+    work_options.add_argument(
+        "--sandbox", choices=("read-only", "workspace-write", "danger-full-access"),
+        default="workspace-write",
+        help="what shell commands may touch (default workspace-write: the current directory)",
+    )
+    work_options.add_argument(
+        "--approval", choices=("untrusted", "on-request", "never"), default="never",
+        help="when to ask before running a command (default never; sub-sessions never ask)",
+    )
+    work_options.add_argument("--network", action="store_true",
+                              help="allow network access under workspace-write")
+    work_options.add_argument("--instructions", metavar="TEXT",
+                              help="the session's own instructions, instead of the base text "
+                              "on the sub-session tools (resume: instead of the stored ones)")
+    parser = Parser(
+        prog="subsessions",
+        description="Spawn, drive, wait for, cancel and inspect LLM sub-sessions.",
+    )
+    parser.add_argument("--home", type=Path, default=None, help=home_help)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    if command == "mcp":
+        _add_mcp_command(commands, common, model_options)
+        return parser
+    commands.add_parser(
+        "demo", parents=[common],
+        help="offline demo: a scripted parent fans out, waits, cancels, prints the tree",
+        description="Runs the main job offline on a scripted model, in a temporary home "
+        "unless --home is given.",
+    )
+    run = commands.add_parser(
+        "run", parents=[common, model_options, work_options],
+        help="run a session with the sub-session tools on the configured model",
+        description="Runs PROMPT to completion on the configured model; prints the final "
+        "message. Ctrl-C cancels the session and every sub-session (exit 130).",
+    )
+    run.add_argument("prompt")
+    run.add_argument("--profile", help="run this profile top-level (its persona and memory too)")
+    run.add_argument("--control", action="store_true", help=CONTROL_HELP)
+
+    resume = commands.add_parser(
+        "resume", parents=[common, model_options, work_options],
+        help="continue a session from its rollout with a new prompt",
+        description="Rebuilds the session's history from its rollout (an id, a unique prefix "
+        "or a path), appends to the same file, and runs PROMPT; prints the final message.",
+    )
+    resume.add_argument("id")
+    resume.add_argument("prompt")
+    resume.add_argument("--control", action="store_true", help=CONTROL_HELP)
+
+    _add_mcp_command(commands, common, model_options)
+    from subsessions.batch.command import add_batch_command
+    from subsessions.rollouts.cli import add_rollout_commands
+    from subsessions.serve.server import add_serve_command
+    from subsessions.watch.command import add_watch_command
+
+    add_serve_command(commands, [common, model_options])
+    add_batch_command(commands, [common, model_options, work_options])
+
+    profiles = commands.add_parser("profiles", help="the loaded profiles")
+    profile_commands = profiles.add_subparsers(dest="action", required=True, metavar="ACTION")
+    profile_commands.add_parser("list", parents=[common], help="names, sources, descriptions")
+    show_profile = profile_commands.add_parser("show", parents=[common], help="one profile")
+    show_profile.add_argument("name")
+
+    add_rollout_commands(commands, common)
+    add_watch_command(commands, common)
+    return parser
+
+
+def _add_mcp_command(commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+                     common: argparse.ArgumentParser,
+                     model_options: argparse.ArgumentParser) -> None:
+    mcp = commands.add_parser(
+        "mcp", parents=[common, model_options],
+        help="serve the sub-session tools to an MCP host (stdio, or --http)",
+        description="An MCP server offering create_session, wait_session, wait_sessions, "
+        "cancel_session and list_sessions; each client connection is one top-level session.",
+    )
+    mcp.add_argument("--http", metavar="HOST:PORT",
+                     help="serve streamable HTTP instead of stdio (loopback by default)")
+    mcp.add_argument("--session-idle-timeout", type=idle_timeout_option, metavar="SECONDS",
+                     help="HTTP: close a client's session, cancelling its running "
+                     "sub-sessions, after this long with no request and no open stream "
+                     "(default 120, at most 2592000: 30 days)")

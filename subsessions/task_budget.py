@@ -1,0 +1,47 @@
+"""How a budget ends a task: the check after each charge, each task's own exception, its
+ending record, and whether a cancel being handled is the budget's own."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from subsessions.errors import BudgetExhausted
+from subsessions.meter import Meter
+from subsessions.rollouts import records
+
+
+class Budgeted(Protocol):
+    """What the budget check needs of the session whose task it is."""
+
+    @property
+    def meter(self) -> Meter: ...  # what it spent against its budget (and its ancestors')
+    def claim_budget_stop(self, error: BudgetExhausted) -> None: ...  # it ends by itself
+
+
+def fresh(stop: BudgetExhausted) -> BudgetExhausted:
+    """Each task raises its own exception (a cascade shares one stop among many tasks)."""
+    return BudgetExhausted(stop.kind, stop.limit)
+
+
+def budget_ending(turn_id: str, started: float, stop: BudgetExhausted) -> list[dict[str, Any]]:
+    return records.budget_limited(turn_id, started, stop.kind, stop.limit, str(stop))
+
+
+def budget_cancelled() -> bool:
+    """Whether the cancel being handled is the budget's own (one delivered, none other):
+    it then ends the task as a failure; any other cancel still wins as a cancel."""
+    task = asyncio.current_task()
+    return task is not None and task.uncancel() == 0
+
+
+def check(host: Budgeted, reached: tuple[Meter, BudgetExhausted] | None) -> None:
+    """A budget limit was reached: the session whose limit it is stops (with its tree),
+    and this task ends here, by itself, with the same error."""
+    if reached is None:
+        return
+    meter, error = reached
+    host.claim_budget_stop(error)
+    if meter is not host.meter:
+        meter.stop(error)
+    raise fresh(error)
