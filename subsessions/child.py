@@ -1,10 +1,11 @@
-"""Child: the one owner of a child's life as its parent knows it: its stop, its outcome,
-its place in the queue, who waits for it, and what it ran up (its `Tally`: when it began,
-tokens, turns, tool calls, last message), which a run elsewhere lands in through `apply`.
+"""ChildLife: the one owner of a child's life as its parent knows it: its stop, its outcome,
+its place in the queue, who waits for it. A child is one object (`conversation.Child`):
+this part of it is what its parent's book, its waiters and its stops read and change, so
+those stand below the sessions; its counters (tokens, turns, tool calls, last message) are
+its session state's own, where a run elsewhere lands them through `apply`.
 
-Its session (`body`) is what its tasks run on; the body reads its stop here. The status is
-derived from these fields alone, and `finished` resolves at the one `settle`, so waiters
-and the status never disagree.
+The status is derived from these fields alone, and `finished` resolves at the one `settle`,
+so waiters and the status never disagree.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
-
-from attrs import define, field
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from subsessions.budget import Budget
 from subsessions.children import (
@@ -31,12 +30,12 @@ from subsessions.children import (
 )
 from subsessions.errors import BudgetExhausted, ChildCancelled, ChildFailed, ChildNotFinished
 from subsessions.figures import Figures
-from subsessions.models.base import NO_USAGE, TokenUsage
+from subsessions.models.base import TokenUsage
 from subsessions.usage import Usage
 
 
 class Body(Protocol):
-    """What a child's record reads of the session its tasks run on."""
+    """What a child's life reads of its session side (the same object)."""
 
     @property
     def agent_name(self) -> str | None: ...
@@ -52,59 +51,55 @@ class Body(Protocol):
     def budget(self) -> Budget | None: ...
     taking_messages: bool  # its task will read sent messages before another model call
 
+    def usage(self, include_children: bool = False) -> Usage: ...  # its own
     def cancel_task(self) -> None: ...  # deliver a cancel to its running task, if any
     def count_spent(self, spent: tuple[int, int]) -> None: ...  # its meter's (turns, tokens)
 
 
-B = TypeVar("B", bound=Body)
-Settle = Callable[["Child[Any]", Ending], None]
+B = TypeVar("B", bound=Body, covariant=True)
+Settle = Callable[["ChildLife[Any]", Ending], None]
 
 
-def _settle_itself(child: Child[Any], outcome: Ending) -> None:
+def settle_itself(child: ChildLife[Any], outcome: Ending) -> None:
     child.settle(outcome)
 
 
-@define(eq=False, repr=False)
-class Tally:
-    """What a session's tasks ran up, as its listings report it: the one place its counters
-    live (a child's are its `Child`'s, which is one; a top-level session holds its own)."""
-
-    begun: float = field(factory=time.time, kw_only=True)  # when the session began
-    token_usage: TokenUsage = field(default=NO_USAGE, kw_only=True)
-    turns: int = field(default=0, kw_only=True)  # model calls made
-    tool_calls: int = field(default=0, kw_only=True)  # function calls run
-    answered_by: str | None = field(default=None, kw_only=True)  # the model that answered last
-    last_message: str | None = field(default=None, kw_only=True)  # its last assistant message
-
-    def usage(self) -> Usage:
-        """Its own usage (its descendants' are theirs)."""
-        tokens = self.token_usage
-        return Usage(input_tokens=tokens.input_tokens, output_tokens=tokens.output_tokens,
-                     tool_calls=self.tool_calls, turns=self.turns, estimated=tokens.estimated)
-
-
-@define(eq=False, repr=False)
-class Child(Tally, Generic[B]):
-    """One child: made by its parent before its body, which reads its stop here.
+class ChildLife(Generic[B]):
+    """A child's life, mixed into the child (`conversation.Child` declares the slots).
 
     Invariants: `outcome` is set once, by `settle` (a second settle raises); `stop` is the
     first stop asked of its current task (first wins) and is cleared only by `restart`;
     `withdraw` is set while it waits in its tree's queue.
     """
 
+    if not TYPE_CHECKING:  # the child's class declares them (mypy would refuse the writes)
+        __slots__ = ()
+
     session_id: str
-    on_ended: Settle = _settle_itself  # how its parent settles it once its ending is on disk
-    outcome: Ending | None = None
-    withdraw: Callable[[], None] | None = None  # queued: a cancel takes it out of the queue
-    ended_at: float | None = None
-    stop: Stop | None = None
-    waiters: int = 0  # waits in progress: an ending they see needs no notice
-    waited: bool = False  # the parent has been told how this child ended
-    body: B = field(init=False)  # its session, made right after it (`Session.new_child`)
-    _finished: asyncio.Future[None] | None = field(default=None, init=False)
+    on_ended: Settle  # how its parent settles it once its ending is on disk
+    outcome: Ending | None
+    withdraw: Callable[[], None] | None  # queued: a cancel takes it out of the queue
+    ended_at: float | None
+    stop: Stop | None
+    waiters: int  # waits in progress: an ending they see needs no notice
+    waited: bool  # the parent has been told how this child ended
+    _finished: asyncio.Future[None] | None
+    # its counters (its session state's): what `apply` sets
+    begun: float
+    token_usage: TokenUsage
+    turns: int
+    tool_calls: int
+    answered_by: str | None
+    last_message: str | None
 
     def __repr__(self) -> str:
         return f"<Child {self.session_id} {self.status.value}>"
+
+    @property
+    def body(self) -> B:
+        """Its conversation: the same object, typed as its life and its parent's manager
+        use it (`Body`, the manager's `Kid`)."""
+        return cast(B, self)
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -178,7 +173,7 @@ class Child(Tally, Generic[B]):
         self.outcome = self.ended_at = self.stop = self._finished = None
         self.waited = False
 
-    def ended(self, outcome: Ending) -> None:
+    def written(self, outcome: Ending) -> None:
         """Its task has written its ending: its parent settles it (`on_ended`)."""
         self.on_ended(self, outcome)
 
@@ -218,7 +213,7 @@ class Child(Tally, Generic[B]):
         """The `subagent.completed` / `subagent.failed` payload: built only for listeners."""
         body, outcome = self.body, self.outcome
         ended = self.ended_at or time.time()
-        usage = self.usage()
+        usage = self.body.usage()
         data: dict[str, Any] = {
             "tool_call_id": body.call_id, "agent_name": body.agent_name,
             "remote_session_id": self.session_id, "model": body.model,
@@ -244,7 +239,7 @@ class Child(Tally, Generic[B]):
             started_at=self.begun,
             ended_at=self.ended_at,
             rollout_path=body.rollout_path,
-            usage=self.usage(),
+            usage=body.usage(),
             answering_model=self.answered_by or body.model,
             last_message=self.last_message,
             budget=body.budget,

@@ -1,12 +1,12 @@
 """ChildBook: what a parent knows of its children, the read side of its manager: each
-child's `Child` record by id (oldest first), and those that ended unseen."""
+child by id (oldest first; read through its `ChildLife`), and those that ended unseen."""
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import Generic, Protocol
 
-from subsessions.child import B, Child
+from subsessions.child import B, ChildLife
 from subsessions.children import ChildInfo, ChildStatus
 from subsessions.errors import SessionBusy, UnknownSession
 from subsessions.services import Services
@@ -28,14 +28,14 @@ class ChildBook(Generic[B]):
 
     def __init__(self, owner: Owner) -> None:
         self._owner = owner
-        self._children: dict[str, Child[B]] = {}
-        self._unnoticed: list[Child[B]] = []  # ended children the parent was not told of yet
+        self._children: dict[str, ChildLife[B]] = {}
+        self._unnoticed: list[ChildLife[B]] = []  # ended children the parent was not told of yet
 
     def __repr__(self) -> str:
         counts = Counter(child.status.value for child in self._children.values())
         return f"<SubsessionManager of {self._owner.session_id} {dict(counts)}>"
 
-    def _lookup(self, session_id: str) -> Child[B]:
+    def _lookup(self, session_id: str) -> ChildLife[B]:
         record = self._children.get(session_id) if isinstance(session_id, str) else None
         if record is None:
             raise UnknownSession(str(session_id))

@@ -20,7 +20,7 @@ from subsessions.rollouts.recorder import RolloutRecorder
 class Settles(Protocol):
     """Where a child's ending goes once it is on disk (its record in its parent)."""
 
-    def ended(self, outcome: Ending) -> None: ...
+    def written(self, outcome: Ending) -> None: ...
 
 
 class ChildTask(Protocol):
@@ -61,4 +61,4 @@ def settle_when_written(recorder: RolloutRecorder, record: Settles, outcome: End
 
 
 def _settle(record: Settles, outcome: Ending, unwritten: Exception | None) -> None:
-    record.ended(on_disk(outcome, unwritten))
+    record.written(on_disk(outcome, unwritten))

@@ -1,9 +1,8 @@
 """SubsessionManager: one per session; spawns, tracks, waits for and cancels its children.
 
-The manager never builds a session: it makes each child's `Child` record and asks its
-owner for the child's body (`new_child`); it is typed against the `Member` protocol
-(spawning.py). Tree-wide limits and profiles live in the owner's `SessionTree`; each
-child's life (its stop, its one ending) in its `Child`.
+The manager never builds a session: it asks its owner for each child (`new_child`); it is
+typed against the `Member` protocol (spawning.py) and each child's life (`ChildLife`: its
+stop, its one ending). Tree-wide limits and profiles live in the owner's `SessionTree`.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from subsessions import composition, waits
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
-from subsessions.child import Child, Tally
+from subsessions.child import ChildLife, Settle
 from subsessions.child_book import ChildBook
 from subsessions.children import (
     Cancelled,
@@ -42,14 +41,14 @@ from subsessions.ids import new_session_id
 from subsessions.kit import Kit
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
-from subsessions.spawning import Kits, Member, consent
+from subsessions.spawning import Kid, Kits, Member, consent
 from subsessions.tree import Reservation
 
 _spawn_ids = itertools.count(1)
-Record = Child[Member]
+Record = ChildLife[Kid]
 
 
-class SubsessionManager(ChildBook[Member]):
+class SubsessionManager(ChildBook[Kid]):
     """The children of one session. Limits are counted over the root's whole tree."""
 
     __slots__ = ("_kits", "_session", "_settle_one")
@@ -111,17 +110,16 @@ class SubsessionManager(ChildBook[Member]):
 
     def _child(self, kit: Kit, call_id: str, budget: Budget | None,
                session_id: str | None = None, *, queued: bool = False) -> Record:
-        """A child's record, then its body (a requeued child keeps its id)."""
+        """A child, not started (a requeued child keeps its id)."""
         child_id = session_id or new_session_id()
-        record: Record = Child(child_id, self._settle_one,
-                               withdraw=partial(self._withdraw, child_id) if queued else None)
-        record.body = self._session.new_child(record, kit, call_id, budget)
-        return record
+        return self._session.new_child(
+            child_id, kit, call_id, budget, self._settle_one,
+            partial(self._withdraw, child_id) if queued else None)
 
     def _launch(self, record: Record, prompt: str, place: Reservation) -> None:
         parent, child = self._session, record.body
         runtime = parent.runtime
-        runtime.spawn_task(child.run_child(prompt, record), f"subsession-{child.session_id}")
+        runtime.spawn_task(child.run_child(prompt), f"subsession-{child.session_id}")
         place.commit()
         # The child's session_meta reaches the writer before the parent's line naming it
         # (and the writer puts a deeper file on disk first): no kill leaves the parent
@@ -204,15 +202,11 @@ class SubsessionManager(ChildBook[Member]):
         child.release()  # its ending is on disk: what the API reports stays, the history goes
         parent.wake()  # whether to is Session.wake's to decide (wake_on_child_end, idle)
 
-    def adopt_ended(self, session_id: str, state: Ending, ended_at: float | None,
-                    body: Callable[[Record], Member], ran: Tally) -> None:
-        """Know a child that ended in an earlier run (resume): it can be waited for; `ran`
-        is when it began and what its rollout counted."""
-        record: Record = Child(session_id, self._settle_one, state, ended_at=ended_at,
-                               begun=ran.begun, token_usage=ran.token_usage)
-        record.body = body(record)
-        record.body.release()  # run again, it reloads its history from its rollout
-        self._children[session_id] = record
+    def adopt_ended(self, make: Callable[[Settle], Record]) -> None:
+        """Know a child that ended in an earlier run (resume), made by `make` given how it
+        settles here: it can be waited for, and sent a follow-up."""
+        record = make(self._settle_one)
+        self._children[record.session_id] = record
 
     def tree(self) -> list[Member]:
         """Every descendant session, depth first."""
@@ -335,7 +329,7 @@ class SubsessionManager(ChildBook[Member]):
         child = record.body
         with parent.tree.reserve_follow_up() as place:
             child.prepare_follow_up()
-            runtime.spawn_task(child.run_child(message, record),
+            runtime.spawn_task(child.run_child(message),
                                f"subsession-{child.session_id}")
             place.commit()
         record.restart()

@@ -12,7 +12,6 @@ session open already, here or in another engine?) and registers what comes back.
 from __future__ import annotations
 
 import os
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,9 @@ from typing import Any
 from attrs import evolve, frozen
 
 from subsessions.budget import parse_budget
-from subsessions.child import Child, Tally
 from subsessions.children import Cancelled, Done, Ending, Failed
 from subsessions.config import SessionConfig
+from subsessions.conversation import Child
 from subsessions.errors import RolloutError, SessionBusy, SubsessionError, echo
 from subsessions.ids import is_session_id
 from subsessions.models.base import TokenUsage
@@ -142,20 +141,11 @@ def _adopt_children(runtime: Runtime, session: Session, known: list[_Known]) -> 
     for child in known:
         meta = child.rollout.meta
         source = meta.get("source")
-        session.subsessions.adopt_ended(
-            child.rollout.session_id, child.ending, child.ended_at, partial(
-                _adopted, runtime, _config(child.rollout, None), child.origin, session,
-                source if isinstance(source, str | dict) else "exec",
-                Profile(name=optional_text(meta.get("session_type")) or "custom")),
-            Tally(begun=child.origin.started_at or time.time(),
-                  token_usage=child.origin.token_usage))
-
-
-def _adopted(runtime: Runtime, config: SessionConfig, origin: Origin, parent: Session,
-             source: str | dict[str, Any], profile: Profile, life: Child[Any]) -> Session:
-    """The body of a child that ended in an earlier run (`life`, its record)."""
-    return Session.resumed(runtime, config, origin, parent=parent, profile=profile,
-                           source=source, life=life)
+        session.subsessions.adopt_ended(partial(
+            Child.ended_earlier, runtime, _config(child.rollout, None), child.origin, session,
+            Profile(name=optional_text(meta.get("session_type")) or "custom"),
+            source if isinstance(source, str | dict) else "exec", child.ending,
+            child.ended_at))
 
 
 def queued_spawns(rollout: Rollout) -> list[dict[str, Any]]:

@@ -15,7 +15,6 @@ from functools import partial
 from typing import Any
 
 from subsessions.budget import Budget
-from subsessions.child import Child, Tally
 from subsessions.children import CANCEL, Stop
 from subsessions.config import SessionConfig, Tool
 from subsessions.errors import BudgetExhausted
@@ -24,7 +23,6 @@ from subsessions.items import Item
 from subsessions.kit import Kit, own_kit
 from subsessions.manager import SubsessionManager
 from subsessions.meter import Meter
-from subsessions.models.base import TokenUsage
 from subsessions.origin import NEW as NEW
 from subsessions.origin import Origin as Origin
 from subsessions.origin import Phase as Phase
@@ -43,9 +41,10 @@ class SessionState(SessionParts[SubsessionManager]):
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (
-        "_meter", "_phase", "_stop", "_task", "call_id", "cwd", "depth", "history",
-        "instructions", "kit", "life", "max_turns", "model", "parent", "recorder", "root",
-        "runtime", "session_id", "source", "taking_messages", "tally", "tree",
+        "_meter", "_phase", "_task", "answered_by", "begun", "call_id", "cwd", "depth",
+        "history", "instructions", "kit", "last_message", "max_turns", "model", "parent",
+        "recorder", "root", "runtime", "session_id", "source", "stop", "taking_messages",
+        "token_usage", "tool_calls", "tree", "turns",
     )
 
     parent: SessionState | None
@@ -63,16 +62,15 @@ class SessionState(SessionParts[SubsessionManager]):
         tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
         budget: Budget | None = None,  # a child's, asked for at spawn (besides its config's)
         kit: Kit | None = None,  # a child's, shared with its siblings (`child_kit`)
-        life: Child[Any] | None = None,  # a child's record in its parent: its stop, its end
+        session_id: str | None = None,  # a child's, chosen by its parent (else `origin`'s)
     ) -> None:
-        self.session_id = life.session_id if life is not None else (
-            origin.session_id or new_session_id())
-        self.life = life
-        # its counters: a child's are its record's, a top-level session's (or a shard's
-        # child's) its own
-        self.tally: Tally = life if life is not None else Tally(
-            begun=origin.started_at or time.time(), token_usage=origin.token_usage,
-            turns=origin.counts[0], tool_calls=origin.counts[1])
+        self.session_id = session_id or origin.session_id or new_session_id()
+        # its counters (what its tasks ran up; a shard's child: its earlier tasks' too)
+        self.begun = origin.started_at or time.time()
+        self.token_usage = origin.token_usage
+        self.turns, self.tool_calls = origin.counts
+        self.answered_by: str | None = None  # the model that answered last
+        self.last_message: str | None = None  # its last assistant message
         self.runtime = runtime
         if kit is not None:
             config, profile = kit.config, kit.profile
@@ -98,13 +96,13 @@ class SessionState(SessionParts[SubsessionManager]):
             limits = budget.clamp(config.budget) if budget else config.budget
             if limits is not None or parent.metered:
                 self._meter = self.tree.child_meter(parent.meter, limits, self.stop_for_budget)
-        self._stop: Stop | None = None  # a top-level task's first stop (a child's: `life`)
+        self.stop: Stop | None = None  # the first stop asked of its current task
         # sent while it runs, read before its next call (made at the first message)
         self.taking_messages = parent is not None  # a queued child reads its inbox first
         self._task: asyncio.Task[object] | None = None  # its task, from its first line
         self.recorder = RolloutRecorder(
             runtime.writer,
-            origin.rollout_path or rollout_path(runtime.home, self.session_id, self.tally.begun),
+            origin.rollout_path or rollout_path(runtime.home, self.session_id, self.begun),
             runtime.unwritten,
             self.depth,
         )
@@ -203,36 +201,15 @@ class SessionState(SessionParts[SubsessionManager]):
     def tool_context(self) -> ToolContext | None:
         return self.kit.tool_context
 
-    # -- its counters (its `tally`'s, read here by hosts and listings) --------------------
+    # -- its counters, as hosts and listings read them ------------------------------------
     @property
     def started_at(self) -> float:
-        return self.tally.begun
-
-    @property
-    def token_usage(self) -> TokenUsage:
-        return self.tally.token_usage
-
-    @property
-    def turns(self) -> int:
-        return self.tally.turns
-
-    @property
-    def tool_calls(self) -> int:
-        return self.tally.tool_calls
-
-    @property
-    def answered_by(self) -> str | None:
-        return self.tally.answered_by
-
-    @property
-    def last_message(self) -> str | None:
-        """Its last assistant message so far."""
-        return self.tally.last_message
+        return self.begun
 
     @property
     def answering_model(self) -> str:
         """The model that answered last: `model`, or the fallback that stood in for it."""
-        return self.tally.answered_by or self.model
+        return self.answered_by or self.model
 
     def allows(self, tool_name: str) -> bool:
         """Whether this session's profile allowlist admits a tool (no profile admits all)."""
@@ -253,7 +230,9 @@ class SessionState(SessionParts[SubsessionManager]):
 
     def usage(self, include_children: bool = False) -> Usage:
         """Tokens, tool calls and model turns of this session (and its whole tree)."""
-        own = self.tally.usage()
+        tokens = self.token_usage
+        own = Usage(input_tokens=tokens.input_tokens, output_tokens=tokens.output_tokens,
+                    tool_calls=self.tool_calls, turns=self.turns, estimated=tokens.estimated)
         if not include_children:
             return own
         family = self.spawned
@@ -279,21 +258,13 @@ class SessionState(SessionParts[SubsessionManager]):
         return stop if isinstance(stop, BudgetExhausted) else None
 
     # -- stops: a cancel or a budget, the first one wins ---------------------------------
-    @property
-    def stop(self) -> Stop | None:
-        """The first stop asked of its current task (a child's is its record's)."""
-        life = self.life
-        return self._stop if life is None else life.stop
-
     def request_stop(self, budget: BudgetExhausted | None = None, *,
                      deliver: bool = True) -> bool:
         """Stop its task (with `budget`: it ends `budget_limited`, else cancelled) unless a
-        stop came first; False then, or once a child has ended (`Child.request_stop`)."""
-        if self.life is not None:
-            return self.life.request_stop(budget, deliver=deliver)
-        if self._stop is not None or (self.parent is not None and self.ended):
+        stop came first; False then (a child's: `ChildLife.request_stop`)."""
+        if self.stop is not None:
             return False
-        self._stop = CANCEL if budget is None else budget
+        self.stop = CANCEL if budget is None else budget
         if deliver:
             self.cancel_task()
         return True

@@ -7,16 +7,15 @@ above it (it builds sessions; the manager only asks for them).
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from subsessions.budget import Budget
-from subsessions.child import Child
+from subsessions.child import ChildLife, Settle
 from subsessions.config import SessionConfig, Tool, as_child_config
 from subsessions.dispatch import Caller, call_maybe_async
 from subsessions.errors import InvalidArguments, SpawnDenied, error_text
 from subsessions.kit import Kit
-from subsessions.loop import Settles
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts.recorder import RolloutRecorder
 from subsessions.services import Services
@@ -67,12 +66,18 @@ class Member(Caller, Protocol):
     def release(self) -> None: ...
     def child_config(self, profile: Profile) -> SessionConfig: ...
     def child_tool_context(self) -> ToolContext | None: ...
-    def new_child(self, life: Child[Member], kit: Kit, call_id: str,
-                  budget: Budget | None = None) -> Member: ...
+    def new_child(self, session_id: str, kit: Kit, call_id: str, budget: Budget | None,
+                  on_ended: Settle, withdraw: Callable[[], None] | None
+                  ) -> ChildLife[Kid]: ...
+    def wake(self) -> None: ...
+
+
+class Kid(Member, Protocol):
+    """What the manager needs of a child besides its life (`ChildLife`)."""
+
     def hand_over_head(self) -> None: ...
     def prepare_follow_up(self) -> None: ...
-    def wake(self) -> None: ...
-    def run_child(self, prompt: str, settles: Settles) -> Coroutine[Any, Any, str | None]: ...
+    def run_child(self, prompt: str) -> Coroutine[Any, Any, str | None]: ...
 
 
 class Kits:

@@ -220,7 +220,7 @@ def _request(host: TaskHost, tool_choice: Any) -> ModelRequest:
         fallback_models=host.kit.fallback_models,
         tool_choice=tool_choice,
     )
-    host.tally.turns += 1
+    host.turns += 1
     return request
 
 
@@ -229,12 +229,11 @@ def _answered(host: TaskHost, response: ModelResponse) -> tuple[str | None, list
     budget too): its last assistant message, and the function calls it asks for."""
     recorder = host.recorder
     answered = response.model or host.model
-    tally = host.tally
-    if answered not in (host.model, tally.answered_by):
+    if answered not in (host.model, host.answered_by):
         recorder.event(records.background(
             f"model {host.model} did not answer; {answered} answered"
         ))
-    tally.answered_by = answered
+    host.answered_by = answered
     answer: str | None = None
     calls: list[Item] = []
     for item in response.output:
@@ -244,7 +243,7 @@ def _answered(host: TaskHost, response: ModelResponse) -> tuple[str | None, list
         host.history.append(item)
         recorder.record("response_item", item)
         if is_assistant_message(item):
-            answer = tally.last_message = message_text(item)
+            answer = host.last_message = message_text(item)
             recorder.event({"type": "agent_message", "message": answer})
             if host.heard:
                 emit(host.events, "assistant.message", {"content": answer})
@@ -264,9 +263,8 @@ def _took(host: TaskHost, outputs: list[Item]) -> None:
 
 
 def _count(host: TaskHost, usage: TokenUsage) -> None:
-    tally = host.tally
-    total = tally.token_usage = tally.token_usage + usage
-    fallback = tally.answered_by if tally.answered_by != host.model else None
+    total = host.token_usage = host.token_usage + usage
+    fallback = host.answered_by if host.answered_by != host.model else None
     host.recorder.event(records.token_count(usage.as_dict(), total.as_dict(), fallback))
     if host.is_child and host.heard:  # a host's live meter of each child
         emit(host.events, "subagent.usage", {
@@ -281,7 +279,7 @@ async def call_tool(host: TaskHost, call: Item) -> Item:
     """Run one function call; every failure becomes a failed output, never an exception."""
     call_id = str(call.get("call_id", ""))
     name = str(call.get("name", ""))
-    host.tally.tool_calls += 1
+    host.tool_calls += 1
     if host.heard:
         emit(host.events, "tool.execution_start", {"tool_call_id": call_id, "tool_name": name,
                                                    "arguments": call.get("arguments")})

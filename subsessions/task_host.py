@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from subsessions.child import Tally
 from subsessions.children import Stop
 from subsessions.errors import BudgetExhausted
 from subsessions.items import Item
@@ -30,9 +29,12 @@ class TaskHost(Hooked, Protocol):
     def usage(self, include_children: bool = False) -> Usage: ...
 
     kit: Kit
-    tally: Tally  # its counters: tokens, turns, tool calls, last message
-    @property
-    def token_usage(self) -> TokenUsage: ...  # its tally's (the spans read it)
+    # its counters
+    token_usage: TokenUsage
+    turns: int  # model calls made
+    tool_calls: int  # function calls run
+    answered_by: str | None  # the model that answered last
+    last_message: str | None  # its last assistant message
 
     @property
     def subsessions(self) -> SubsessionManager: ...  # the sub-session tools act on it

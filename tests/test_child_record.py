@@ -17,12 +17,16 @@ from subsessions import (
     ModelRequest,
     Profile,
     ScriptedModel,
+    Session,
     SessionConfig,
 )
-from subsessions.child import Child
+from subsessions.child import settle_itself
 from subsessions.children import Done, Failed
+from subsessions.conversation import Child
 from subsessions.events import SessionEvent
 from subsessions.figures import Figures
+from subsessions.ids import new_session_id
+from subsessions.kit import Kit
 from subsessions.models.base import TokenUsage
 from subsessions.rollouts.reader import read_rollout
 from subsessions.testing import plain_ending
@@ -99,32 +103,32 @@ async def test_a_cancel_before_the_first_step_lets_the_child_write_its_own_endin
     assert plain_ending(end["payload"]) == {"type": "turn_aborted", "reason": "cancelled"}
 
 
-async def test_settle_is_the_one_terminal_transition() -> None:
-    record: Child[Any] = Child("c")
-    assert record.status is ChildStatus.PENDING and not record.settled
-    record.settle(Done("answer"))
-    assert record.finished.done() and record.result() == "answer"
-    with pytest.raises(RuntimeError, match="has ended already"):
-        record.settle(Failed("late"))
-    assert record.result() == "answer"  # the first ending stands
+def _child(engine: Engine, parent: Session) -> Child:
+    """A child of `parent`, not started, that settles itself."""
+    kit = Kit(SessionConfig(model="m"), WORKER, {}, None, parent.tree, 1)
+    return parent.new_child(new_session_id(), kit, "call_1", None, settle_itself, None)
 
 
-class _Body:
-    """What `Child.apply` hands its body: the meter's figures, when a shard counted them."""
+async def test_settle_is_the_one_terminal_transition(home: Path) -> None:
+    async with Engine(home, model_client=ScriptedModel([]), profiles={}) as engine:
+        record = _child(engine, await engine.create_session())
+        assert record.status is ChildStatus.PENDING and not record.settled
+        record.settle(Done("answer"))
+        assert record.finished.done() and record.result() == "answer"
+        with pytest.raises(RuntimeError, match="has ended already"):
+            record.settle(Failed("late"))
+        assert record.result() == "answer"  # the first ending stands
 
-    def __init__(self) -> None:
-        self.spent: list[tuple[int, int]] = []
 
-    def count_spent(self, spent: tuple[int, int]) -> None:
-        self.spent.append(spent)
-
-
-def test_a_remote_runs_figures_land_in_the_childs_record() -> None:
-    record: Child[Any] = Child("c", begun=100.0)
-    body = _Body()
-    record.body = body  # type: ignore[assignment]
-    record.apply(Figures(TokenUsage(7, 3), 2, 1, "backup", (2, 10)))
-    assert record.usage() == Usage(7, 3, 1, 2)
-    assert (record.answered_by, record.begun, body.spent) == ("backup", 100.0, [(2, 10)])
-    record.apply(Figures(TokenUsage(9, 4), 3, 1, None))  # a live figure: no meter's
-    assert (record.usage().turns, record.answered_by, body.spent) == (3, None, [(2, 10)])
+async def test_a_remote_runs_figures_land_in_the_child(home: Path) -> None:
+    async with Engine(home, model_client=ScriptedModel([]), profiles={}) as engine:
+        record = _child(engine, await engine.create_session())
+        begun = record.begun
+        record.apply(Figures(TokenUsage(7, 3), 2, 1, "backup", (2, 10)))
+        assert record.usage() == Usage(7, 3, 1, 2)
+        assert (record.answered_by, record.begun) == ("backup", begun)
+        assert (record.meter.turns, record.meter.tokens) == (2, 10)  # what the shard counted
+        record.apply(Figures(TokenUsage(9, 4), 3, 1, None))  # a live figure: no meter's
+        assert (record.usage().turns, record.answered_by) == (3, None)
+        assert (record.meter.turns, record.meter.tokens) == (2, 10)
+        record.settle(Done(None))

@@ -21,7 +21,6 @@ from subsessions import (
     ModelRequest,
     ModelResponse,
     Profile,
-    Session,
     SessionConfig,
     TokenUsage,
     Tool,
@@ -111,11 +110,12 @@ async def test_an_ended_child_run_again_has_its_history_back_from_its_rollout(
         parent = await engine.create_session(config(1))
         cid = await parent.subsessions.spawn_child("dumper", "first task")
         assert await parent.subsessions.wait_child(cid) == f"saw {OUTPUT}"
-        child: Session = next(s for s in parent.subsessions.tree() if s.session_id == cid)
-        assert await child.send_and_wait("once more") == f"saw {OUTPUT}"
+        assert await parent.subsessions.send_message(cid, "once more") == "started"
+        assert await parent.subsessions.wait_child(cid) == f"saw {OUTPUT}"
+        path = parent.subsessions.info(cid).rollout_path
     # the second task's first request held the first task's 4 items and the new prompt
     assert model.items_seen == [1, 3, 5, 7]
-    texts = [orjson.dumps(i).decode() for i in read_rollout(child.recorder.path)
+    texts = [orjson.dumps(i).decode() for i in read_rollout(path)
              .response_items()]
     assert sum("first task" in t for t in texts) == 1
     assert sum("once more" in t for t in texts) == 1

@@ -1,6 +1,6 @@
 """RayBackend: top-level sessions' children run on shard actors (DESIGN 3.8).
 
-The parent keeps an ordinary child `Session` as the proxy of each remote child: its record,
+The parent keeps an ordinary `Child` as the proxy of each remote child: its life (status),
 its rollout's head (written here, so the parent's line naming it never comes first), its
 events hub and its usage. Only its task runs elsewhere: `run_task` sends the child to the
 least-loaded live shard, in one group with the others placed there meanwhile (`groups.py`),
@@ -23,6 +23,7 @@ from typing import Any
 from attrs import define, field
 
 from subsessions import task
+from subsessions.conversation import Child
 from subsessions.errors import BudgetExhausted, ConfigError, RemoteError
 from subsessions.figures import Figures
 from subsessions.ray import host
@@ -31,7 +32,6 @@ from subsessions.ray.placement import ShardRef, Shards
 from subsessions.ray.spec import child_spec
 from subsessions.ray.wire import ChildSpec, Outcome
 from subsessions.runtime import Runtime
-from subsessions.session import Session
 from subsessions.settings import Settings
 
 log = logging.getLogger("subsessions")
@@ -91,7 +91,7 @@ class RayBackend:
     _pool: Shards | None = field(default=None, init=False)
     _starting: asyncio.Task[Shards] | None = field(default=None, init=False)
     _owns_ray: bool = field(default=False, init=False)
-    _hosts: dict[str, Session] = field(factory=dict, init=False)  # remote children by id
+    _hosts: dict[str, Child] = field(factory=dict, init=False)  # remote children by id
     _shard_of: dict[str, int] = field(factory=dict, init=False)  # their last shard, by id
 
     def __attrs_post_init__(self) -> None:
@@ -111,11 +111,11 @@ class RayBackend:
     def run_task(self, host_session: Any, prompt: str, first: bool) -> Awaitable[str | None]:
         """Children of top-level sessions run on a shard, their follow-ups too (on the same
         shard while it lives); every other task runs here."""
-        if not isinstance(host_session, Session) or host_session.depth != 1:
+        if not isinstance(host_session, Child) or host_session.depth != 1:
             return task.run(host_session, prompt, first)
         return self._run_remote(host_session, prompt, first)
 
-    async def _run_remote(self, child: Session, prompt: str, first: bool) -> str | None:
+    async def _run_remote(self, child: Child, prompt: str, first: bool) -> str | None:
         if child.stop is not None:  # stopped before it began
             return await task.run(child, prompt, first)  # it ends here, as in process
         child.task_begins()  # from here a cancel reaches this task, and through it the shard
@@ -143,9 +143,7 @@ class RayBackend:
             if family is not None and family.has_children:
                 await family.abort_all_children(child.budget_stop)
             child.task_ended()
-        life = child.life
-        assert life is not None  # a driver's child always has its record
-        life.apply(Figures(outcome.token_usage, outcome.turns, outcome.tool_calls,
+        child.apply(Figures(outcome.token_usage, outcome.turns, outcome.tool_calls,
                            outcome.answered_by, outcome.spent))
         if outcome.budget_stop is not None:
             stop = BudgetExhausted(*outcome.budget_stop)
@@ -157,7 +155,7 @@ class RayBackend:
             raise asyncio.CancelledError
         return outcome.result
 
-    async def _run_on(self, shard: ShardRef, spec: ChildSpec, child: Session) -> Outcome:
+    async def _run_on(self, shard: ShardRef, spec: ChildSpec, child: Child) -> Outcome:
         """Send the child with the shard's next group and wait for its outcome. A cancel of
         this task (or a budget stop) is sent to the shard once the child is there; the first
         stop wins there, and the outcome says how the child ended: one that ended by itself
@@ -182,7 +180,7 @@ class RayBackend:
         return ending
 
     @staticmethod
-    async def _stopped(shard: ShardRef, launch: Launch, child: Session) -> Ending:
+    async def _stopped(shard: ShardRef, launch: Launch, child: Child) -> Ending:
         """The child's task was cancelled here: the stop follows it to its shard (never
         before it), and its ending says whether the cancel won."""
         budget = child.budget_stop

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 from attrs import define, evolve, field, fields
 
 from subsessions import otel
-from subsessions.child import Child
 from subsessions.clock import clock
 from subsessions.config import Hooks, Invocation
+from subsessions.conversation import Child, Conversation
 from subsessions.dispatch import call_maybe_async
 from subsessions.errors import (
     BudgetExhausted,
@@ -36,7 +36,6 @@ from subsessions.ray.channel import Message
 from subsessions.ray.replies import Replies
 from subsessions.ray.wire import Call, Cancel, Event, Request, Room, Spent
 from subsessions.runtime import Runtime
-from subsessions.session import Session
 from subsessions.usage import Usage
 
 log = logging.getLogger("subsessions")
@@ -53,7 +52,7 @@ class Replier(Protocol):
 @define(eq=False)
 class Answerer:
     runtime: Runtime
-    hosts: dict[str, Session]  # the remote children running, by id (the backend's)
+    hosts: dict[str, Child]  # the remote children running, by id (the backend's)
     _calls: dict[tuple[int, int], asyncio.Task[None]] = field(factory=dict)
     # descendants running on a shard, by (shard, root): counted in the root's tree
     _rooms: dict[tuple[int, str], int] = field(factory=dict)
@@ -136,9 +135,8 @@ class Answerer:
         if child is None:
             return
         if session_id == child_id:
-            life = _life(child)
-            life.apply(Figures(life.token_usage, max(life.turns, turns),
-                               max(life.tool_calls, calls), life.answered_by))
+            child.apply(Figures(child.token_usage, max(child.turns, turns),
+                                max(child.tool_calls, calls), child.answered_by))
         else:
             known = child.remote_usage(session_id)
             child.count_remote(session_id, evolve(known, turns=max(known.turns, turns),
@@ -182,7 +180,7 @@ class Answerer:
         if kind == "parent":  # send_parent_message from a remote child
             child = self.hosts.get(request.child_id)
             parent = None if child is None else child.parent
-            if not isinstance(parent, Session):
+            if not isinstance(parent, Conversation):
                 raise UnknownSession(request.child_id)
             return parent.hear(args[0])
         dispatcher = self.runtime.dispatcher
@@ -218,7 +216,7 @@ class Answerer:
         if event.type == "subagent.usage":
             _spent(child, event)
         elif event.type == "assistant.message" and event.session_id == event.child_id:
-            _life(child).last_message = event.data.get("content")
+            child.last_message = event.data.get("content")
         if event.session_id == event.child_id:
             data = {k: v for k, v in event.data.items() if k != "parent_tool_call_id"}
             emit(child.events, event.type, data)
@@ -226,22 +224,14 @@ class Answerer:
             _deliver_up(child.events, event)
 
 
-def _life(child: Session) -> Child[Any]:
-    """The record of a child this driver runs on a shard: where its figures land."""
-    life = child.life
-    assert life is not None  # a driver's child is always its parent's
-    return life
-
-
-def _spent(child: Session, event: Event) -> None:
+def _spent(child: Child, event: Event) -> None:
     """A model call in a remote child's subtree: the child's live usage (what its parent's
     `list_sessions` shows) and its tree's budget, which the driver's root meter counts."""
     data = event.data
     if event.session_id == event.child_id:
-        life = _life(child)
-        life.apply(Figures(TokenUsage(data["input_tokens"], data["output_tokens"],
-                                      estimated=data.get("estimated", False)),
-                           data["turns"], data["tool_calls"], life.answered_by))
+        child.apply(Figures(TokenUsage(data["input_tokens"], data["output_tokens"],
+                                       estimated=data.get("estimated", False)),
+                            data["turns"], data["tool_calls"], child.answered_by))
     else:  # one of its own children (or theirs): its parent's roll-up counts it
         child.count_remote(event.session_id, Usage(data["input_tokens"], data["output_tokens"],
                                                    data["tool_calls"], data["turns"],

@@ -1,6 +1,6 @@
 """A shard: one Ray async actor hosting many children with the in-process engine unchanged.
 
-Each child runs as an ordinary `Session` under a stand-in for its top-level session (same
+Each child runs as an ordinary `Child` under a stand-in for its top-level session (same
 id, limits and agents; handlers and hooks replaced by proxies that ask the driver), so the
 loop, the allowlists, the hooks' order and the one ending are the in-process code's. Its own
 children stay here, in process. This module never imports Ray: the backend makes it an actor.
@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from attrs import define, evolve
 
+from subsessions import task
 from subsessions.budget import Budget
 from subsessions.children import Cancelled, Done, Failed, ending_of
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
+from subsessions.conversation import Child
 from subsessions.dispatch import Dispatcher
 from subsessions.errors import BudgetExhausted, RolloutError, error_text
 from subsessions.events import SessionEvent
 from subsessions.handlers import parent_message
+from subsessions.kit import Kit
 from subsessions.meter import Meter, Stop
 from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
@@ -76,19 +79,19 @@ class RemoteTool:
                                       child_id=self.child_id)
 
 
-class ShardChild(Session):
+class ShardChild(Child):
     """A top-level session's child as a shard runs it. Its stand-in parent keeps no record of
-    it; its own `stop` keeps the first stop (a cancel, a budget's from the driver, its own
-    budget's), as in process."""
+    it (it never settles here: the driver's child does); its own `stop` keeps the first stop
+    (a cancel, a budget's from the driver, its own budget's), as in process."""
 
     __slots__ = ("follow_up", "to_parent")
 
-    def __init__(self, runtime: Runtime, config: SessionConfig, *, parent: Session,
-                 spec: ChildSpec, share: Meter | None,
-                 to_parent: Callable[[str], Awaitable[str]]) -> None:
+    def __init__(self, config: SessionConfig, *, parent: Session, spec: ChildSpec,
+                 share: Meter | None, to_parent: Callable[[str], Awaitable[str]]) -> None:
+        kit = Kit(config, spec.profile, {t.name: t for t in config.tools}, spec.tool_context,
+                  parent.tree, parent.depth + 1)
         super().__init__(
-            runtime, config, parent=parent, profile=spec.profile, call_id=spec.call_id,
-            source=spec.source, tool_context=spec.tool_context, budget=spec.budget,
+            parent, kit, spec.session_id, spec.call_id, spec.budget, source=spec.source,
             origin=Origin(spec.session_id, spec.rollout_path, started_at=spec.started_at,
                           token_usage=spec.token_usage, counts=spec.counts,
                           history=tuple(read_rollout(spec.rollout_path).response_items()
@@ -102,7 +105,7 @@ class ShardChild(Session):
         self.count_spent(spec.spent)  # what its earlier tasks' meter counted
 
     @classmethod
-    def remote(cls, runtime: Runtime, spec: ChildSpec, parent: Session, tools: tuple[Tool, ...],
+    def remote(cls, spec: ChildSpec, parent: Session, tools: tuple[Tool, ...],
                spent: Stop, to_parent: Callable[[str], Awaitable[str]]) -> ShardChild:
         """The child a driver sent (`spec`), with what its earlier tasks ran up. Under a tree
         budget it counts what it spends against the tree's limits too, from what the tree had
@@ -112,12 +115,15 @@ class ShardChild(Session):
         if spec.tree_budget is not None:
             share = Meter(spec.tree_budget, None, spent, alarms=parent.tree.alarms)
             share.turns, share.tokens = spec.tree_spent
-        child = cls(runtime, evolve(spec.config, tools=tools), parent=parent, spec=spec,
-                    share=share, to_parent=to_parent)
-        return child
+        return cls(evolve(spec.config, tools=tools), parent=parent, spec=spec, share=share,
+                   to_parent=to_parent)
 
-    def _claim(self) -> bool:
-        return super()._claim() and not self.follow_up
+    def claim(self) -> bool:
+        return super().claim() and not self.follow_up
+
+    def run_task(self, prompt: str) -> Coroutine[Any, Any, str | None]:
+        """Its task, claimed at its first line (it never settles here: `Shard._report`)."""
+        return task.run(self, prompt, None)
 
     async def tell_parent(self, message: str) -> str:
         return await self.to_parent(parent_message.heard(self.session_id, message))
@@ -239,7 +245,7 @@ class Shard:
         child = self._running.get(session_id)
         return child is not None and child.take(message)
 
-    async def _finish(self, spec: ChildSpec, child: Session,
+    async def _finish(self, spec: ChildSpec, child: ShardChild,
                       task: asyncio.Task[str | None]) -> None:
         try:
             outcome = await self._outcome(spec, child, task)
@@ -248,7 +254,7 @@ class Shard:
             return
         self._channel.send(Ended(spec.session_id, outcome))
 
-    async def _outcome(self, spec: ChildSpec, child: Session,
+    async def _outcome(self, spec: ChildSpec, child: ShardChild,
                        task: asyncio.Task[str | None]) -> Outcome:
         unwritten: RolloutError | None = None
         try:
@@ -313,7 +319,7 @@ class Shard:
     def _child(self, spec: ChildSpec, stand_in: Session) -> ShardChild:
         tools = tuple(self._tool(spec, t) for t in spec.tools)
         child = ShardChild.remote(
-            self._runtime, spec, stand_in, tools, partial(self._spent, spec.root.session_id),
+            spec, stand_in, tools, partial(self._spent, spec.root.session_id),
             partial(self._channel.ask, spec.root.session_id, "parent", "",
                     child_id=spec.session_id))
         # Usage always goes to the driver (its listing, its tree's budget); the rest only

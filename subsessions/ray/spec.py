@@ -7,13 +7,13 @@ from attrs import evolve
 
 from subsessions.children import CANCEL
 from subsessions.config import BUILTIN_TOOL_NAMES
+from subsessions.conversation import Child
 from subsessions.profiles import Profile
 from subsessions.ray import host
 from subsessions.ray.wire import ChildSpec, RootSpec, ToolSpec
-from subsessions.session import Session
 
 
-def child_spec(child: Session, prompt: str, first: bool) -> ChildSpec:
+def child_spec(child: Child, prompt: str, first: bool) -> ChildSpec:
     """What of a remote child (and of its root) travels to its shard: its config without the
     host's callables, its tools by kind, and its counters, budgets and inbox so far."""
     parent = child.parent
