@@ -9,7 +9,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from subsessions import task
 from subsessions.budget import Budget
 from subsessions.child import ChildLife, Settle, settle_itself
 from subsessions.children import Ending
@@ -18,7 +17,6 @@ from subsessions.errors import SessionBusy
 from subsessions.events import EventHandler, EventStream
 from subsessions.handlers import parent_message
 from subsessions.kit import Kit, child_config
-from subsessions.loop import run_child
 from subsessions.manager import SubsessionManager
 from subsessions.origin import NEW, Origin, Phase
 from subsessions.profiles import Profile
@@ -226,13 +224,10 @@ class Child(ChildLife["Child"], Conversation):
 
     def run_child(self, prompt: str) -> Coroutine[Any, Any, str | None]:
         """Its task as the one coroutine of its asyncio task, settling in its parent at its
-        end: in process the task loop itself; on another backend, `loop.run_child` around
-        the backend's task."""
-        if self.runtime.backend is None:
-            return task.run(self, prompt, None, self)
-        return run_child(self, prompt, self)
+        end (in process the task loop itself; elsewhere, `loop.run_child` around it)."""
+        return self.runtime.backend.run_child(self, prompt)
 
     def child_task(self, prompt: str) -> Awaitable[str | None]:
         """Its task on its backend, claimed as its own task runs its first line (`run_child`
         awaits it)."""
-        return (self.runtime.backend or task.IN_PROCESS).run_task(self, prompt, self.claim())
+        return self.runtime.backend.run_task(self, prompt, self.claim())

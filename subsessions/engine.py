@@ -14,7 +14,7 @@ from typing import Any
 
 from attrs import evolve
 
-from subsessions import resume
+from subsessions import resume, task
 from subsessions.config import SessionConfig, derive_config
 from subsessions.control.server import ControlServer
 from subsessions.dispatch import Dispatcher
@@ -90,7 +90,7 @@ class Engine:
                       else load_profiles(home_path, project_dir or cwd)),
             dispatcher=self._dispatcher,
             registered=self._sessions.__contains__,
-            backend=backend,
+            backend=backend or task.IN_PROCESS,
             pace_collector=pace_collector,
             tracer=engine_tracer(tracer_provider, capture_content),  # (the [otel] extra)
         )

@@ -30,8 +30,7 @@ async def shut_down(runtime: Runtime, registered: dict[str, Session],
     await _end_hooks(dispatcher, sessions)
     await runtime.drain()
     try:
-        if runtime.backend is not None:  # every task has ended: its workers go
-            await runtime.backend.aclose()
+        await runtime.backend.aclose()  # every task has ended: its workers (if any) go
         await runtime.stop_flusher()
         flushed = [s.recorder.flush_durable() for s in sessions]
         if flushed:

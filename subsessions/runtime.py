@@ -42,6 +42,9 @@ class Backend(Protocol):
 
     def run_task(self, host: Any, prompt: str, first: bool) -> Awaitable[str | None]: ...
 
+    # a child's task as its asyncio task's one coroutine, settling in its parent at its end
+    def run_child(self, child: Any, prompt: str) -> Coroutine[Any, Any, str | None]: ...
+
     async def aclose(self) -> None: ...  # after every task has ended: its workers go
 
 
@@ -60,9 +63,9 @@ class Runtime:
     model_provider: str
     profiles: Mapping[str, LoadedProfile]
     dispatcher: Dispatcher[Any]
+    backend: Backend  # where tasks run: `task.IN_PROCESS`, or another process (Ray)
     # whether a top-level session id is still registered (the engine's registry answers)
     registered: Callable[[str], bool] = lambda _: True
-    backend: Backend | None = None  # None: every task runs in this process
     pace_collector: bool = True  # see collector.py
     tracer: Tracer | None = None  # OpenTelemetry spans (subsessions/otel); None: none made
     writer: RolloutWriter = field(factory=RolloutWriter)

@@ -11,7 +11,6 @@ from typing import Any
 
 from attrs import evolve
 
-from subsessions import task
 from subsessions.config import SessionConfig
 from subsessions.conversation import Conversation
 from subsessions.errors import InvalidArguments, SubsessionError
@@ -88,7 +87,7 @@ class Session(Conversation):
                 raise InvalidArguments("send_and_wait", "prompt must be a non-empty string")
             first = self.claim()
         try:
-            return await (self.runtime.backend or task.IN_PROCESS).run_task(self, prompt, first)
+            return await self.runtime.backend.run_task(self, prompt, first)
         finally:
             if self._phase is Phase.RUNNING:
                 self._phase = Phase.IDLE

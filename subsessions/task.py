@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from subsessions.children import CANCELLED, Done, Ending, Failed
 from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBSESSION_TOOL_NAMES
+from subsessions.conversation import Child, Conversation
 from subsessions.errors import (
     BudgetExhausted,
     MaxTurnsExceeded,
@@ -42,7 +43,6 @@ from subsessions.rollouts import records
 from subsessions.task_budget import budget_cancelled, budget_ending, check, fresh
 from subsessions.task_children import children_at_turn_end, deliver_notices
 from subsessions.task_hooks import announce_end, budget_limited, prompt_hooks
-from subsessions.task_host import TaskHost
 from subsessions.tools.schema import check_arguments, parse_arguments
 
 if TYPE_CHECKING:  # the [otel] extra
@@ -52,8 +52,13 @@ if TYPE_CHECKING:  # the [otel] extra
 class InProcess:
     """The default backend: a session's task runs here, in this event loop."""
 
-    def run_task(self, host: TaskHost, prompt: str, first: bool) -> Awaitable[str | None]:
+    def run_task(self, host: Conversation, prompt: str, first: bool) -> Awaitable[str | None]:
         return run(host, prompt, first)
+
+    def run_child(self, child: Child, prompt: str) -> Coroutine[Any, Any, str | None]:
+        """The task loop itself, claimed at its first line and settling `child` in its
+        parent from its own `finally`."""
+        return run(child, prompt, None, child)
 
     async def aclose(self) -> None:
         return None
@@ -62,7 +67,7 @@ class InProcess:
 IN_PROCESS = InProcess()
 
 
-async def run(host: TaskHost, prompt: str, first: bool | None,
+async def run(host: Conversation, prompt: str, first: bool | None,
               settles: Settles | None = None) -> str | None:
     """Run one task, in one coroutine frame; exactly one terminal record is written, however
     it ends. A child's task (`settles`: its record) is claimed at its first line (`first`
@@ -159,7 +164,7 @@ async def run(host: TaskHost, prompt: str, first: bool | None,
             settle_when_written(host.recorder, settles, outcome)
 
 
-def _begin(host: TaskHost, first: bool) -> tuple[str, float]:
+def _begin(host: Conversation, first: bool) -> tuple[str, float]:
     """A task's first records (its session's start at its first task): its turn's id, start."""
     if first and host.heard:  # where a listener (or its parent) can see it
         emit(host.events, "session.start", {"session_id": host.session_id, "source": host.source})
@@ -171,7 +176,7 @@ def _begin(host: TaskHost, first: bool) -> tuple[str, float]:
     return turn_id, started
 
 
-def _end(host: TaskHost, ending: list[dict[str, Any]], traced: TaskSpan | None) -> None:
+def _end(host: Conversation, ending: list[dict[str, Any]], traced: TaskSpan | None) -> None:
     """A task's terminal records, then what hears of its end (its span, events, hooks)."""
     for event in ending:
         host.recorder.event(event)
@@ -181,7 +186,7 @@ def _end(host: TaskHost, ending: list[dict[str, Any]], traced: TaskSpan | None) 
     announce_end(host, ending[-1])
 
 
-def _tell(host: TaskHost, prompt: str) -> None:
+def _tell(host: Conversation, prompt: str) -> None:
     """A user message joins the history and the rollout."""
     message = user_message(prompt)
     host.history.append(message)
@@ -189,13 +194,13 @@ def _tell(host: TaskHost, prompt: str) -> None:
     host.recorder.event({"type": "user_message", "message": prompt})
 
 
-def _cancelled_by(host: TaskHost) -> str:
+def _cancelled_by(host: Conversation) -> str:
     if host.runtime.closed:
         return "close"
     return "parent" if host.is_child else "host"
 
 
-def _last_answer(host: TaskHost, since: int) -> str | None:
+def _last_answer(host: Conversation, since: int) -> str | None:
     """This task's last assistant message so far: a failed task's ending keeps it."""
     for item in reversed(host.history[since:]):
         if is_assistant_message(item):
@@ -203,7 +208,7 @@ def _last_answer(host: TaskHost, since: int) -> str | None:
     return None
 
 
-def _request(host: TaskHost, tool_choice: Any) -> ModelRequest:
+def _request(host: Conversation, tool_choice: Any) -> ModelRequest:
     """The next model call: notices of children that ended unseen and messages sent
     meanwhile join the history first."""
     family = host.spawned
@@ -224,7 +229,7 @@ def _request(host: TaskHost, tool_choice: Any) -> ModelRequest:
     return request
 
 
-def _answered(host: TaskHost, response: ModelResponse) -> tuple[str | None, list[Item]]:
+def _answered(host: Conversation, response: ModelResponse) -> tuple[str | None, list[Item]]:
     """A model's answer joins the history and the rollout, and is counted (against its
     budget too): its last assistant message, and the function calls it asks for."""
     recorder = host.recorder
@@ -256,13 +261,13 @@ def _answered(host: TaskHost, response: ModelResponse) -> tuple[str | None, list
     return answer, calls
 
 
-def _took(host: TaskHost, outputs: list[Item]) -> None:
+def _took(host: Conversation, outputs: list[Item]) -> None:
     for output in outputs:
         host.history.append(output)
         host.recorder.record("response_item", output)
 
 
-def _count(host: TaskHost, usage: TokenUsage) -> None:
+def _count(host: Conversation, usage: TokenUsage) -> None:
     total = host.token_usage = host.token_usage + usage
     fallback = host.answered_by if host.answered_by != host.model else None
     host.recorder.event(records.token_count(usage.as_dict(), total.as_dict(), fallback))
@@ -275,7 +280,7 @@ def _count(host: TaskHost, usage: TokenUsage) -> None:
 
 
 # -- function calls: host tools, the engine's own tools and the allowlist meet here ------
-async def call_tool(host: TaskHost, call: Item) -> Item:
+async def call_tool(host: Conversation, call: Item) -> Item:
     """Run one function call; every failure becomes a failed output, never an exception."""
     call_id = str(call.get("call_id", ""))
     name = str(call.get("name", ""))
@@ -296,7 +301,7 @@ async def call_tool(host: TaskHost, call: Item) -> Item:
     return function_call_output(call_id, output, success)
 
 
-async def _dispatch(host: TaskHost, name: str, arguments: str, call_id: str) -> str:
+async def _dispatch(host: Conversation, name: str, arguments: str, call_id: str) -> str:
     kit = host.kit
     tool = kit.tools.get(name)
     builtin: Callable[[dict[str, Any]], Awaitable[str]] | None = None
@@ -315,7 +320,7 @@ async def _dispatch(host: TaskHost, name: str, arguments: str, call_id: str) -> 
     )
 
 
-async def _ask_user(host: TaskHost, arguments: dict[str, Any]) -> str:
+async def _ask_user(host: Conversation, arguments: dict[str, Any]) -> str:
     check_arguments(ASK_USER, ask_user.SPEC["parameters"], arguments)
     return await host.runtime.dispatcher.ask_user(
         host, arguments["question"], arguments.get("choices")

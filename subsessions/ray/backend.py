@@ -16,7 +16,7 @@ import contextlib
 import importlib.util
 import logging
 import os
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from functools import partial
 from typing import Any
 
@@ -26,6 +26,7 @@ from subsessions import task
 from subsessions.conversation import Child
 from subsessions.errors import BudgetExhausted, ConfigError, RemoteError
 from subsessions.figures import Figures
+from subsessions.loop import run_child
 from subsessions.ray import host
 from subsessions.ray.groups import Ending, Launch, import_ray
 from subsessions.ray.placement import ShardRef, Shards
@@ -114,6 +115,13 @@ class RayBackend:
         if not isinstance(host_session, Child) or host_session.depth != 1:
             return task.run(host_session, prompt, first)
         return self._run_remote(host_session, prompt, first)
+
+    def run_child(self, child: Child, prompt: str) -> Coroutine[Any, Any, str | None]:
+        """A top-level session's child: `loop.run_child` around its remote task (which
+        `Child.child_task` claims); a deeper one's task loop runs here."""
+        if child.depth != 1:
+            return task.run(child, prompt, None, child)
+        return run_child(child, prompt, child)
 
     async def _run_remote(self, child: Child, prompt: str, first: bool) -> str | None:
         if child.stop is not None:  # stopped before it began

@@ -153,7 +153,7 @@ class Shard:
             client = DriverModel(self._channel, model_provider)
         self._runtime = Runtime(home=Path(home), cwd=cwd, model_client=client, model=model,
                                 model_provider=model_provider, profiles=profiles,
-                                dispatcher=Dispatcher())
+                                dispatcher=Dispatcher(), backend=task.IN_PROCESS)
         self._roots: dict[str, tuple[Session, int]] = {}  # stand-ins, with their children
         self._running: dict[str, ShardChild] = {}  # children sent here, by id
         self._groups = self._received = 0  # calls of `run_children`, and children in them
