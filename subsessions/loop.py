@@ -18,7 +18,7 @@ from subsessions.rollouts.recorder import RolloutRecorder
 
 
 class Settles(Protocol):
-    """Where a child's ending goes once it is on disk (its record in its parent)."""
+    """Where a child's ending goes once it is on disk (the child: its parent settles it)."""
 
     def written(self, outcome: Ending) -> None: ...
 

@@ -1,6 +1,6 @@
-"""SessionState: a session's identity and state, as the manager, the task loop, the
-dispatcher and the hosts read and change it; `Session` (session.py) adds running its tasks,
-its named constructors and what applications call.
+"""SessionState: a conversation's identity, state and counters (a top-level session's or a
+child's), as the manager, the task loop, the dispatcher and the hosts read and change them;
+`Conversation` adds what both kinds do, `Session` (top-level) and `Child` the rest.
 
 What it shares with the engine's other sessions comes from the `Runtime` it is given;
 what it shares with its tree from the `SessionTree`; its tools from its `Kit`.
@@ -37,7 +37,7 @@ from subsessions.usage import Usage
 
 
 class SessionState(SessionParts[SubsessionManager]):
-    """One conversation's state (a top-level session or a child): see `Session`."""
+    """One conversation's state (a top-level session or a child): see `Conversation`."""
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
     __slots__ = (

@@ -70,7 +70,7 @@ IN_PROCESS = InProcess()
 async def run(host: Conversation, prompt: str, first: bool | None,
               settles: Settles | None = None) -> str | None:
     """Run one task, in one coroutine frame; exactly one terminal record is written, however
-    it ends. A child's task (`settles`: its record) is claimed at its first line (`first`
+    it ends. A child's task (`settles`: the child itself) is claimed at its first line (`first`
     None) and settles in its parent from this frame's `finally`, its ending on disk."""
     outcome: Ending = CANCELLED  # how it ended, as its parent records it (`settles`)
     try:
