@@ -18,11 +18,21 @@ import pytest
 from ray_support import engine, script
 from scripting import WORKER, Script, rollout_of, terminals
 
-from subsessions import ChildFailed, ChildStatus, Engine, RayBackend, SessionConfig
+from subsessions import (
+    ChildFailed,
+    ChildStatus,
+    Engine,
+    RayBackend,
+    ScriptedModel,
+    SessionConfig,
+)
 from subsessions.errors import WorkerLost
 from subsessions.models.base import NO_USAGE
-from subsessions.ray.groups import Launch, Launcher
+from subsessions.ray.groups import Launch, Launcher, Unsent
+from subsessions.ray.placement import ShardRef
+from subsessions.ray.replies import Replies
 from subsessions.ray.wire import Ended, Outcome
+from subsessions.rollouts.reader import read_rollout
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")
 
@@ -93,7 +103,7 @@ async def test_children_added_while_a_group_travels_go_together_in_the_next(
     assert not rest[2].ending.done() and groups.calls == 2
 
 
-async def test_a_lost_shard_ends_every_child_sent_or_on_its_way_as_lost_once(
+async def test_a_lost_shard_ends_each_child_sent_there_as_lost_once_and_frees_the_rest(
     launcher: tuple[Launcher, FakeActor]
 ) -> None:
     groups, actor = launcher
@@ -102,17 +112,20 @@ async def test_a_lost_shard_ends_every_child_sent_or_on_its_way_as_lost_once(
         groups.add(launch)
     await asyncio.wait_for(_until(lambda: len(actor.calls) == 1), 5)
     waiting = _launch("w")
-    groups.add(waiting)
+    groups.add(waiting)  # its group gathers while the first one travels
     groups.fail_all("shard 0 on node abc: died")
     groups.fail_all("a second time")  # once: the first reason stays
-    for launch in [*sent, waiting]:
+    for launch in sent:
         ending = await launch.ending
         assert isinstance(ending, WorkerLost) and str(ending) == (
             "worker lost: shard 0 on node abc: died")
+    unsent = await waiting.ending  # it never ran there: free to go to another shard
+    assert isinstance(unsent, Unsent) and str(unsent) == "shard 0 on node abc: died"
     assert await waiting.reached is False
     late = _launch("late")
     groups.add(late)  # placed there just before it was lost
-    assert isinstance(await late.ending, WorkerLost)
+    assert isinstance(await late.ending, Unsent)
+    assert [ids for ids, _ in actor.calls] == [["s0", "s1", "s2"]]  # nothing more was sent
 
 
 async def test_a_child_that_cannot_be_sent_fails_alone_and_its_group_goes_on(
@@ -168,6 +181,74 @@ async def test_a_stop_or_a_message_never_overtakes_its_child_on_the_way_to_its_s
     assert await _send(shard, lost, "late") is False
     assert isinstance(await RayBackend._stopped(shard, lost, child), WorkerLost)
     assert len(told) == 2
+
+
+class _Pool:
+    """`place()` as the backend asks it: the one live shard left."""
+
+    def __init__(self, shard: ShardRef) -> None:
+        self.shard = shard
+        self.placed = 0
+
+    async def place(self, before: int | None = None) -> ShardRef:
+        self.placed += 1
+        return self.shard
+
+
+async def _moving(home: Path, stop_first: bool) -> tuple[Any, ...]:
+    """A child waiting to be sent to shard 0 when shard 0 is lost (its launcher busy with an
+    earlier group): what `RayBackend._sent` makes of it, and what each shard received."""
+    from subsessions.child import settle_itself
+    from subsessions.ids import new_session_id
+    from subsessions.kit import Kit
+    from subsessions.ray.backend import RayBackend
+
+    async with Engine(home, model_client=ScriptedModel([]), profiles={}) as engine:
+        parent = await engine.create_session()
+        kit = Kit(SessionConfig(model="m"), WORKER, {}, None, parent.tree, 1)
+        child = parent.new_child(new_session_id(), kit, "call_1", None, settle_itself, None)
+        child.claim()
+        actors = [FakeActor(), FakeActor()]
+        shards = [ShardRef(n, a, Launcher(a, lambda exc: "lost"), Replies(a))
+                  for n, a in enumerate(actors)]
+        for shard in shards:
+            shard.launcher.start(f"test-groups-{shard.index}")
+        try:
+            shards[0].launcher.add(_launch("earlier"))  # a group on its way: the next waits
+            await asyncio.wait_for(_until(lambda: len(actors[0].calls) == 1), 5)
+            pool = _Pool(shards[1])
+            backend = RayBackend()
+            spec: Any = SimpleNamespace(session_id=child.session_id)
+            sent = asyncio.get_running_loop().create_task(
+                backend._sent(pool, shards[0], spec, child, "go", True))  # type: ignore[arg-type]
+            await asyncio.wait_for(_until(lambda: shards[0].load == 1), 5)  # queued there
+            if stop_first:
+                child.request_stop()  # cancelled on its way: it ends here
+            shards[0].launcher.fail_all("shard 0 on node abc: died")
+            if not stop_first:
+                await asyncio.wait_for(_until(lambda: len(actors[1].calls) == 1), 5)
+                actors[1].calls[0][1].set_result(None)
+                shards[1].launcher.ended(_done(child.session_id))
+            ending: Any = await asyncio.wait_for(asyncio.gather(sent, return_exceptions=True), 10)
+            calls = [[ids for ids, _ in a.calls] for a in actors]
+            await child.flush_durable()
+            return ending[0], calls, pool.placed, child.rollout_path, child.session_id
+        finally:
+            for shard in shards:
+                await shard.launcher.aclose()
+
+
+async def test_a_child_waiting_for_a_lost_shard_goes_to_a_live_one(home: Path) -> None:
+    outcome, calls, placed, _, child_id = await _moving(home, stop_first=False)
+    assert isinstance(outcome, Outcome) and outcome.result == f"result {child_id}"
+    assert calls == [[["earlier"]], [[child_id]]] and placed == 1  # never sent to shard 0
+
+
+async def test_a_child_stopped_while_waiting_for_a_lost_shard_ends_here(home: Path) -> None:
+    ended, calls, placed, path, _ = await _moving(home, stop_first=True)
+    assert isinstance(ended, asyncio.CancelledError)
+    assert calls == [[["earlier"]], []] and placed == 0  # sent nowhere
+    assert terminals(read_rollout(path)) == [{"type": "turn_aborted", "reason": "cancelled"}]
 
 
 async def test_answers_given_in_one_turn_go_to_their_shard_in_one_call() -> None:

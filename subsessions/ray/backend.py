@@ -28,7 +28,7 @@ from subsessions.errors import BudgetExhausted, ConfigError, RemoteError
 from subsessions.figures import Figures
 from subsessions.loop import run_child
 from subsessions.ray import host
-from subsessions.ray.groups import Ending, Launch, import_ray
+from subsessions.ray.groups import Ending, Launch, Unsent, import_ray
 from subsessions.ray.placement import ShardRef, Shards
 from subsessions.ray.spec import child_spec
 from subsessions.ray.wire import ChildSpec, Outcome
@@ -142,7 +142,7 @@ class RayBackend:
             spec = child_spec(child, prompt, first)
             child.inbox.clear()  # they travel in the spec
             child.history = []  # a follow-up's shard reads it from the rollout
-            outcome = await self._run_on(shard, spec, child)
+            outcome = await self._sent(pool, shard, spec, child, prompt, first)
         finally:
             child.mailbox = None
             child.taking_messages = False
@@ -162,6 +162,21 @@ class RayBackend:
         if outcome.state == "cancelled":
             raise asyncio.CancelledError
         return outcome.result
+
+    async def _sent(self, pool: Shards, shard: ShardRef, spec: ChildSpec, child: Child,
+                    prompt: str, first: bool) -> Outcome:
+        """Its outcome on `shard`, or on another live one when `shard` is lost before the
+        child was sent there (it never ran: nothing of it is lost)."""
+        while True:
+            try:
+                return await self._run_on(shard, spec, child)
+            except Unsent:
+                current = asyncio.current_task()
+                if child.stop is not None or (current is not None and current.cancelling()):
+                    child.request_stop(deliver=False)  # stopped on its way: it ends here,
+                    await task.run(child, prompt, first)  # as in process (this raises)
+                    raise
+                shard = await pool.place()
 
     async def _run_on(self, shard: ShardRef, spec: ChildSpec, child: Child) -> Outcome:
         """Send the child with the shard's next group and wait for its outcome. A cancel of

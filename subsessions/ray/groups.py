@@ -6,7 +6,8 @@ way the next one gathers, so a burst of spawns (a batch's items, a fan-out in on
 reaches the shard in a few calls of many `ChildSpec`s. The shard starts each child and
 reports each ending over its channel (`Ended`), in order after what the child sent before.
 A stop or a message for a child waits until its group has reached the shard, so it never
-overtakes the child there.
+overtakes the child there. A shard lost while children wait to be sent there ends those with
+`Unsent` (they can go to another shard); only children sent there end as lost.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from subsessions.ray.wire import ChildSpec, Ended, Outcome
 
 GROUP = 256  # children in one actor call at most (the call's size stays modest)
 Ending = Outcome | Exception  # what a child's task ends with: its outcome, or why it has none
+
+
+class Unsent(Exception):
+    """The shard was lost before the child was sent there: it never ran, and may go to
+    another shard."""
 
 
 @define(eq=False)
@@ -61,8 +67,8 @@ class Launcher:
         self._task = asyncio.get_running_loop().create_task(self._send_groups(), name=name)
 
     def add(self, launch: Launch) -> None:
-        if self.lost_reason is not None:
-            launch.end(WorkerLost(self.lost_reason))
+        if self.lost_reason is not None:  # placed there just before it was lost
+            launch.end(Unsent(self.lost_reason))
             return
         self._queue.append(launch)
         self._wake.set()
@@ -76,15 +82,18 @@ class Launcher:
                        else RemoteError(message.error or "it could not start on its shard"))
 
     def fail_all(self, reason: str) -> None:
-        """The shard is lost: each child sent or on its way ends as lost, once."""
+        """The shard is lost: each child sent there ends as lost, once; each still waiting to
+        be sent ends `Unsent` (it never ran there)."""
         if self.lost_reason is None:
             self.lost_reason = reason
         reason = self.lost_reason
-        waiting = [*self._queue, *self._running.values()]
+        queued, sent = list(self._queue), list(self._running.values())
         self._queue.clear()
         self._running.clear()
-        for launch in waiting:
+        for launch in sent:
             launch.end(WorkerLost(reason))
+        for launch in queued:
+            launch.end(Unsent(reason))
 
     async def aclose(self) -> None:
         task = self._task
