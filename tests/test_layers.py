@@ -125,7 +125,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     6: ("conversation", "resume", "session", "task"),
     7: ("control.methods", "control.server", "engine", "engine_close", "ray", "ray.backend",
         "ray.channel", "ray.groups", "ray.host", "ray.ledger", "ray.placement", "ray.replies",
-        "ray.shard", "ray.spec", "ray.wire"),
+        "ray.shard", "ray.shard_child", "ray.spec", "ray.wire"),
     8: ("", "__main__", "_exports", "access", "batch.command", "batch.progress", "cli",
         "cli_parser", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.front",
         "mcp.resources", "mcp.server",

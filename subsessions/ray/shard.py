@@ -1,44 +1,40 @@
 """A shard: one Ray async actor hosting many children with the in-process engine unchanged.
 
-Each child runs as an ordinary `Child` under a stand-in for its top-level session (same
-id, limits and agents; handlers and hooks replaced by proxies that ask the driver), so the
-loop, the allowlists, the hooks' order and the one ending are the in-process code's. Its own
-children stay here, in process. This module never imports Ray: the backend makes it an actor.
+Each child runs as an ordinary `Child` (`ShardChild`) under a stand-in for its top-level
+session (same id, limits and agents; handlers and hooks replaced by proxies that ask the
+driver), so the loop, the allowlists, the hooks' order and the one ending are the in-process
+code's. Its own children stay here, in process. This module never imports Ray: the backend
+makes it an actor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from attrs import define, evolve
+from attrs import define
 
 from subsessions import task
 from subsessions.budget import Budget
 from subsessions.children import Cancelled, Done, Failed, ending_of
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
-from subsessions.conversation import Child
 from subsessions.dispatch import Dispatcher
 from subsessions.errors import BudgetExhausted, RolloutError, error_text
 from subsessions.events import SessionEvent
-from subsessions.handlers import parent_message
-from subsessions.kit import Kit
-from subsessions.meter import Meter, Stop
 from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.factory import build_model_client
 from subsessions.otel import shard_trace
 from subsessions.profiles import LoadedProfile
 from subsessions.ray.channel import Channel, Message
 from subsessions.ray.ledger import DriverLedger
+from subsessions.ray.shard_child import ShardChild
 from subsessions.ray.wire import ChildSpec, Ended, Event, Outcome, RootSpec, Spent, ToolSpec
-from subsessions.rollouts.reader import read_rollout
 from subsessions.runtime import Runtime
 from subsessions.session import Session
-from subsessions.session_state import Origin
 from subsessions.settings import Settings
 from subsessions.tools import builtin_tools
 
@@ -77,63 +73,6 @@ class RemoteTool:
                                       (invocation.session_id, invocation.tool_call_id,
                                        invocation.tool_name, invocation.agent_name),
                                       child_id=self.child_id)
-
-
-class ShardChild(Child):
-    """A top-level session's child as a shard runs it. Its stand-in parent keeps no record of
-    it (it never settles here: the driver's child does); its own `stop` keeps the first stop
-    (a cancel, a budget's from the driver, its own budget's), as in process."""
-
-    __slots__ = ("follow_up", "to_parent")
-
-    def __init__(self, config: SessionConfig, *, parent: Session, spec: ChildSpec,
-                 share: Meter | None, to_parent: Callable[[str], Awaitable[str]]) -> None:
-        kit = Kit(config, spec.profile, {t.name: t for t in config.tools}, spec.tool_context,
-                  parent.tree, parent.depth + 1)
-        super().__init__(
-            parent, kit, spec.session_id, spec.call_id, spec.budget, source=spec.source,
-            origin=Origin(spec.session_id, spec.rollout_path, started_at=spec.started_at,
-                          token_usage=spec.token_usage, counts=spec.counts,
-                          history=tuple(read_rollout(spec.rollout_path).response_items()
-                                        if spec.follow_up else ()),
-                          inbox=tuple(spec.inbox)))
-        self.follow_up = spec.follow_up  # a later task: no session start, as in process
-        self.to_parent = to_parent  # its parent is the driver's session: messages go there
-        if share is not None:  # counted against its tree's limits too (`remote`)
-            self.meter = Meter(self.meter.limits, share, self.stop_for_budget, self.tree.alarms)
-        self.meter.started -= spec.elapsed  # its clock counts from its spawn in the driver
-        self.count_spent(spec.spent)  # what its earlier tasks' meter counted
-
-    @classmethod
-    def remote(cls, spec: ChildSpec, parent: Session, tools: tuple[Tool, ...],
-               spent: Stop, to_parent: Callable[[str], Awaitable[str]]) -> ShardChild:
-        """The child a driver sent (`spec`), with what its earlier tasks ran up. Under a tree
-        budget it counts what it spends against the tree's limits too, from what the tree had
-        spent at its spawn: a limit reached is named as in process (the highest) and `spent`
-        tells the driver, which ends the whole tree."""
-        share = None
-        if spec.tree_budget is not None:
-            share = Meter(spec.tree_budget, None, spent, alarms=parent.tree.alarms)
-            share.turns, share.tokens = spec.tree_spent
-        return cls(evolve(spec.config, tools=tools), parent=parent, spec=spec, share=share,
-                   to_parent=to_parent)
-
-    def claim(self) -> bool:
-        return super().claim() and not self.follow_up
-
-    def run_task(self, prompt: str) -> Coroutine[Any, Any, str | None]:
-        """Its task, claimed at its first line (it never settles here: `Shard._report`)."""
-        return task.run(self, prompt, None)
-
-    async def tell_parent(self, message: str) -> str:
-        return await self.to_parent(parent_message.heard(self.session_id, message))
-
-    def take(self, message: str) -> bool:
-        """A message from the driver (send_message): read before its next model call."""
-        if self.stop is not None or not self.taking_messages or self.ended:
-            return False
-        self.inbox.append(message)
-        return True
 
 
 class Shard:
