@@ -236,3 +236,108 @@ async def test_no_descriptor_is_held_per_session(home: Path) -> None:
         assert all(len(lines(r.path)) == 2 for r in recorders)
     finally:
         await writer.aclose()
+
+
+
+async def test_an_ending_is_not_held_behind_another_files_backlog(tmp_path: Path) -> None:
+    """While the thread is stuck on other files (a storm of new children being created), a
+    small ending of a file whose lines are on disk is written and reported at once, and one
+    whose head the thread holds as soon as that head is written, not once the thread's round
+    ends; a parent naming a child whose head is not on disk still waits for it."""
+    writer = RolloutWriter()
+    stuck = {name: threading.Event() for name in ("gate", "late")}
+    release = {name: threading.Event() for name in ("gate", "late")}
+    write = writer._append
+
+    def held_append(path: str, data: bytes | bytearray) -> None:
+        name = Path(path).stem
+        if name in stuck and threading.current_thread().name == "rollout-writer":
+            stuck[name].set()
+            release[name].wait(30)
+        write(path, data)
+
+    def child(name: str) -> RolloutRecorder:
+        recorder = RolloutRecorder(writer, str(tmp_path / f"{name}.jsonl"), depth=1)
+        recorder.record("session_meta", {"id": name})
+        return recorder
+
+    def exists(recorder: RolloutRecorder) -> bool:
+        return Path(recorder.path).exists()
+
+    writer._append = held_append  # type: ignore[method-assign]
+    try:
+        done = child("done")
+        await done.flush_durable()  # its head is on disk
+        gate, held, late = child("gate"), child("held"), child("late")
+        gate.flush()  # the thread takes it and is stuck there
+        assert await asyncio.to_thread(stuck["gate"].wait, 30)
+        held.flush()  # the next round: held's head, then late's (stuck too)
+        late.flush()
+        parent = RolloutRecorder(writer, str(tmp_path / "parent.jsonl"))
+        parent.event({"type": "spawned", "children": ["held", "late"]})
+        named = parent.flush_durable()  # names children whose heads are not on disk
+        held.event({"type": "turn_aborted"})
+        behind = held.flush_durable()  # its own head is not on disk
+        done.event({"type": "turn_aborted"})
+        await asyncio.wait_for(done.flush_durable(), 30)  # not behind the stuck files
+        assert [r["type"] for r in lines(done.path)] == ["session_meta", "event_msg"]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not named.done() and not behind.done()
+        assert not exists(parent) and not exists(held)
+        release["gate"].set()
+        await asyncio.wait_for(behind, 30)  # once its head is written, late still stuck
+        assert [r["type"] for r in lines(held.path)] == ["session_meta", "event_msg"]
+        assert await asyncio.to_thread(stuck["late"].wait, 30)
+        assert not named.done() and not exists(parent) and not exists(late)
+        release["late"].set()
+        await asyncio.wait_for(named, 30)
+        assert exists(late)
+        assert [r["payload"]["type"] for r in lines(parent.path)] == ["spawned"]
+    finally:
+        for event in release.values():
+            event.set()
+        await writer.aclose()
+
+
+async def test_an_ending_parked_behind_its_head_fails_with_it_and_is_written_at_close(
+        tmp_path: Path) -> None:
+    """An ending waiting for its file's earlier lines in the thread's hands: a write of those
+    that failed fails it too (RolloutError); one still parked when the writer closes is
+    written before aclose returns."""
+    writer = RolloutWriter()
+    stuck, release = threading.Event(), threading.Event()
+    write = writer._append
+
+    def held_append(path: str, data: bytes | bytearray) -> None:
+        if Path(path).stem == "gate":
+            stuck.set()
+            release.wait(30)
+        write(path, data)
+
+    writer._append = held_append  # type: ignore[method-assign]
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a regular file, not a directory")
+    try:
+        gate = RolloutRecorder(writer, str(tmp_path / "gate.jsonl"))
+        gate.record("session_meta", {"id": "gate"})
+        gate.flush()  # the thread takes it and is stuck there
+        assert await asyncio.to_thread(stuck.wait, 30)
+        bad = RolloutRecorder(writer, str(blocker / "rollout-x.jsonl"), depth=1)
+        kept = RolloutRecorder(writer, str(tmp_path / "kept.jsonl"), depth=1)
+        for recorder in (bad, kept):
+            recorder.record("session_meta", {"id": Path(recorder.path).stem})
+            recorder.flush()  # in the thread's next round
+            recorder.event({"type": "turn_aborted"})
+        failed = bad.flush_durable()  # parked behind its head
+        kept.flush_then(lambda error: None)  # parked too, and nobody awaits it
+        closing = asyncio.create_task(writer.aclose())
+        await asyncio.sleep(0)
+        release.set()
+        with pytest.raises(RolloutError):
+            await asyncio.wait_for(failed, 30)
+        await asyncio.wait_for(closing, 30)
+    finally:
+        release.set()
+        await writer.aclose()
+    assert [r["type"] for r in lines(kept.path)] == ["session_meta", "event_msg"]

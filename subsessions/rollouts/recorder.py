@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -30,6 +31,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from subsessions.errors import RolloutError
+from subsessions.rollouts.backlog import Backlog, Route
 from subsessions.rollouts.files import make_private_dirs, temporary_name
 from subsessions.rollouts.lines import RolloutRecorder as RolloutRecorder
 from subsessions.rollouts.lines import Written as Written
@@ -47,8 +49,9 @@ _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 INLINE_BYTES = 16 * 1024  # a durable chunk this small may be written on the loop
 INLINE_SECONDS = 0.002  # ... as long as no such write ever took longer
-
-_Waiter = tuple[Written, str]
+# ... than that, plus, while the thread writes other files, its turns with the interpreter
+# (the loop's open, write and close each wait for one): its work, not the disk's
+_BUSY_SLACK = 4 * sys.getswitchinterval()
 
 
 class RolloutWriter:
@@ -70,6 +73,8 @@ class RolloutWriter:
         self._proc_fd: int | None = None  # /proc/self/fd, to link anonymous files through
         self._inline = True  # small durable chunks may be appended on the loop (see submit)
         self._inline_spent = False  # one was, in this turn of the loop
+        self._backlog = Backlog()  # what the thread holds of each file; parked endings
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping else "running" if self._thread else "idle"
@@ -81,26 +86,28 @@ class RolloutWriter:
         """Queue a chunk; in a batch, files of a greater `depth` are written first.
 
         A small chunk someone waits for (an ending) is appended right here when the thread
-        has nothing queued or in hand: the order of every file is then still the order of
-        submits, and the waiter (a `cancel_child`) is spared two thread hand-offs. One such
-        write per turn of the loop: a burst of endings (`abort_all_children`) goes to the
-        thread in one batch. A file system slow enough to make that stall the loop turns
-        it off for good."""
+        has nothing of its file queued or in hand, nor of any deeper file (a child's head
+        its lines may name): every file keeps the order of its submits, a child's head
+        still reaches the disk before its parent's line naming it, and the waiter (a
+        `cancel_child`) is spared two thread hand-offs and whatever other files have
+        queued (a storm of new children). One such write per turn of the loop: a burst of
+        endings (`abort_all_children`) goes to the thread in one batch. A file system slow
+        enough to make that stall the loop turns it off for good."""
         if self._stopping:
             raise RuntimeError("rollout writer is closed")
-        if (waiter is not None and self._inline and len(data) <= INLINE_BYTES
-                and not self._inline_spent and not self._queue
-                and (self._thread is None or self._idle)):
-            if data:  # an empty flush only waits for what came before it: written already
-                self._inline_spent = True
-                asyncio.get_running_loop().call_soon(self._inline_again)
-                started = time.perf_counter()
-                self._append(path, data)
-                if time.perf_counter() - started > INLINE_SECONDS:
-                    self._inline = False
-            problem = self._failed.pop(path, None)
-            waiter(None if problem is None else RolloutError(path, problem))
-            return
+        small = waiter is not None and self._inline and len(data) <= INLINE_BYTES
+        route = self._backlog.route(path, data, waiter, depth, small,
+                                    small and not (data and self._inline_spent))
+        if route is Route.INLINE:
+            self._write_here(path, data)
+            if waiter is not None:  # (always: only a waited chunk is written here)
+                waiter(self._problem(path))
+        elif route is Route.QUEUE:
+            self._hand_over(path, data, waiter, depth)
+
+    def _hand_over(
+        self, path: str, data: bytes | bytearray, waiter: Written | None, depth: int
+    ) -> None:
         if self._thread is None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._run, name="rollout-writer", daemon=True)
@@ -108,6 +115,45 @@ class RolloutWriter:
         self._queue.append((path, data, waiter, depth))
         if self._idle:  # a busy writer drains the queue before it sleeps again
             self._wake.set()
+
+    def _write_here(self, path: str, data: bytes | bytearray) -> None:
+        """Append on the loop (an empty flush only waits for what came before it: written)."""
+        if data:
+            self._inline_spent = True
+            asyncio.get_running_loop().call_soon(self._inline_again)
+            slack = 0.0 if self._thread is None or self._idle else _BUSY_SLACK
+            started = time.perf_counter()
+            self._append(path, data)
+            if time.perf_counter() - started > INLINE_SECONDS + slack:
+                self._inline = False
+
+    def _problem(self, path: str) -> RolloutError | None:
+        problem = self._failed.pop(path, None)
+        return None if problem is None else RolloutError(path, problem)
+
+    def _resume(self, path: str, waiters: list[Written], problem: RolloutError | None) -> None:
+        """The thread wrote what `path` had in its hands (these `waiters` waited for it):
+        what was parked behind it goes to the disk on the loop, or to the thread. Closing,
+        it is written here: the thread may be gone."""
+        for waiter in waiters:
+            waiter(problem)
+        parked = self._backlog.resume(path)
+        if not parked:
+            return
+        data = b"".join(chunk for chunk, _, _ in parked)
+        depth = parked[-1][2]
+        if self._stopping or (
+                self._inline and not (data and self._inline_spent)
+                and len(data) <= INLINE_BYTES and self._backlog.none_deeper(depth)):
+            self._write_here(path, data)
+            problem = self._problem(path)
+            for _, waiter, _ in parked:
+                if waiter is not None:
+                    waiter(problem)
+            return
+        for chunk, waiter, depth in parked:
+            self._backlog.queued(path, depth)
+            self._hand_over(path, chunk, waiter, depth)
 
     def _inline_again(self) -> None:
         self._inline_spent = False
@@ -145,24 +191,38 @@ class RolloutWriter:
         when it returns, not kept by the thread's locals while it sleeps."""
         batch: dict[str, list[bytes | bytearray]] = {}
         depths: dict[str, int] = {}
-        waiters: list[_Waiter] = []
+        waiters: dict[str, list[Written]] = {}
+        taken: dict[str, int] = {}  # chunks of each file, empty ones too
+        taken_depths: dict[int, int] = {}
         while self._queue:
             path, data, waiter, depth = self._queue.popleft()
+            taken[path] = taken.get(path, 0) + 1
+            taken_depths[depth] = taken_depths.get(depth, 0) + 1
             if data:  # an empty flush only waits for what came before it
                 batch.setdefault(path, []).append(data)
                 if depth:
                     depths[path] = depth
             if waiter is not None:
-                waiters.append((waiter, path))
+                waiters.setdefault(path, []).append(waiter)
         paths: Iterable[str] = batch
         if depths:  # children before parents (stable: otherwise in the order queued)
             paths = sorted(batch, key=lambda p: -depths.get(p, 0))
         for path in paths:
             self._append(path, b"".join(batch[path]))
+            self._written(path, taken.pop(path), waiters)
+        for path, count in taken.items():
+            self._written(path, count, waiters)
+        self._backlog.round_done(taken_depths)
         if waiters:
-            reported = {path: self._failed.pop(path) for _, path in waiters
-                        if path in self._failed}
-            self._call(_resolve, waiters, reported)
+            reported = [(ws, self._problem(path)) for path, ws in waiters.items()]
+            self._call(_resolve, reported)
+
+    def _written(self, path: str, count: int, waiters: dict[str, list[Written]]) -> None:
+        """`path`'s chunks of this round are in the file: an ending parked behind them
+        goes on now (after their own waiters), not at the end of the round."""
+        if self._backlog.written(path, count):
+            held = waiters.pop(path, [])
+            self._call(self._resume, path, held, self._problem(path) if held else None)
 
     def _call(self, callback: Any, *args: Any) -> None:
         assert self._loop is not None
@@ -241,7 +301,9 @@ class RolloutWriter:
         if self._tmpfile:
             try:
                 if self._proc_fd is None:
-                    self._proc_fd = os.open("/proc/self/fd", _DIRECTORY)
+                    with self._lock:  # the loop may be creating a file too
+                        if self._proc_fd is None:
+                            self._proc_fd = os.open("/proc/self/fd", _DIRECTORY)
                 flags = os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC
                 return os.open(os.path.dirname(path), flags, 0o600), None
             except OSError as exc:
@@ -270,10 +332,10 @@ def _cut_to_whole_line(fd: int, data: bytes | bytearray, written: int) -> int:
     return kept
 
 
-def _resolve(waiters: list[_Waiter], failed: dict[str, str]) -> None:
-    for written, path in waiters:
-        problem = failed.get(path)
-        written(None if problem is None else RolloutError(path, problem))
+def _resolve(reported: list[tuple[list[Written], RolloutError | None]]) -> None:
+    for waiters, problem in reported:
+        for written in waiters:
+            written(problem)
 
 
 def _set_done(future: asyncio.Future[None]) -> None:
