@@ -135,8 +135,8 @@ class RolloutWriter:
         """The thread wrote what `path` had in its hands (these `waiters` waited for it):
         what was parked behind it goes to the disk on the loop, or to the thread. Closing,
         it is written here: the thread may be gone."""
-        for waiter in waiters:
-            waiter(problem)
+        for held in waiters:
+            held(problem)
         parked = self._backlog.resume(path)
         if not parked:
             return
@@ -147,13 +147,13 @@ class RolloutWriter:
                 and len(data) <= INLINE_BYTES and self._backlog.none_deeper(depth)):
             self._write_here(path, data)
             problem = self._problem(path)
-            for _, waiter, _ in parked:
-                if waiter is not None:
-                    waiter(problem)
+            for _, then, _ in parked:
+                if then is not None:
+                    then(problem)
             return
-        for chunk, waiter, depth in parked:
+        for chunk, then, depth in parked:
             self._backlog.queued(path, depth)
-            self._hand_over(path, chunk, waiter, depth)
+            self._hand_over(path, chunk, then, depth)
 
     def _inline_again(self) -> None:
         self._inline_spent = False
