@@ -3,20 +3,23 @@
 The writer (`recorder.py`) hands chunks to one thread through one queue, but a small chunk
 someone waits for (a child's ending) waits only for what it must follow: the earlier lines
 of its own file, and those of deeper files (a child's head, which its lines may name). So it
-is written on the loop when the thread holds nothing of its file nor of a deeper one, and
-parked here while the thread holds earlier lines of its file, until they are written; never
-behind other files' backlog (a storm of new children being created). Both threads use this,
-every step under one lock.
+is written on the loop when the thread holds nothing of its file nor of a deeper one (with
+its file's queued lines, taken off the queue, when the thread has not started on them: a
+child cancelled as its head is handed over), and parked here while the thread writes earlier
+lines of its file, until they are written; never behind other files' backlog (a storm of new
+children being created). Both threads use this, every step under one lock.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from enum import Enum
 
 from subsessions.rollouts.lines import Written
 
 Parked = tuple[bytes | bytearray, Written | None, int]  # (chunk, its waiter, its depth)
+Queued = tuple[str, bytes | bytearray, Written | None, int]  # (path, chunk, waiter, depth)
 
 
 class Route(Enum):
@@ -28,33 +31,62 @@ class Route(Enum):
 class Backlog:
     """Counts of the chunks the thread holds (queued or in hand), and the parked ones."""
 
-    __slots__ = ("_depths", "_lock", "_parked", "_pending")
+    __slots__ = ("_depths", "_in_hand", "_lock", "_parked", "_pending", "queue")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.queue: deque[Queued] = deque()  # the loop appends, the thread takes rounds
         self._pending: dict[str, int] = {}  # per file, until written
         self._depths: dict[int, int] = {}  # per depth, until the end of their round
+        self._in_hand: set[str] = set()  # files of the thread's round, until written
         self._parked: dict[str, list[Parked]] = {}  # per file, in submit order
 
     def route(self, path: str, data: bytes | bytearray, waiter: Written | None, depth: int,
-              small: bool, now: bool) -> Route:
+              small: int, now: bool) -> tuple[Route, list[Queued]]:
         """Where a submitted chunk goes (on the loop). A parked file takes every chunk of
-        its own until it is resumed; a `small` waited one parks behind its file's lines in
-        the thread; one that may be written `now` is, once nothing it follows is unwritten.
-        A chunk routed to the thread is counted."""
+        its own until it is resumed; a waited chunk of at most `small` bytes that may be
+        written `now` is, once nothing it follows is unwritten, with its file's queued
+        chunks (returned) if the thread has not taken them, else parks behind them. A chunk
+        routed to the thread is counted."""
         with self._lock:
             parked = self._parked.get(path)
             if parked is not None:
                 parked.append((data, waiter, depth))
-                return Route.PARK
-            if path in self._pending:
-                if small:
-                    self._parked[path] = [(data, waiter, depth)]
-                    return Route.PARK
-            elif now and self._none_deeper(depth):
-                return Route.INLINE
+                return Route.PARK, []
+            fits = waiter is not None and len(data) <= small
+            if fits and path not in self._pending:
+                if now and self._none_deeper(depth):
+                    return Route.INLINE, []
+            elif fits:
+                if now and path not in self._in_hand and self._none_deeper(depth):
+                    mine = [queued for queued in self.queue if queued[0] == path]
+                    if sum(len(queued[1]) for queued in mine) + len(data) <= small:
+                        self._steal(path, mine)
+                        return Route.INLINE, mine
+                self._parked[path] = [(data, waiter, depth)]
+                return Route.PARK, []
             self._count(path, depth)
-            return Route.QUEUE
+            return Route.QUEUE, []
+
+    def _steal(self, path: str, mine: list[Queued]) -> None:
+        """Take `path`'s queued chunks off the queue (the thread holds none of them)."""
+        rest = [queued for queued in self.queue if queued[0] != path]
+        self.queue.clear()
+        self.queue.extend(rest)
+        del self._pending[path]
+        for _, _, _, depth in mine:
+            self._depths[depth] -= 1
+            if not self._depths[depth]:
+                del self._depths[depth]
+
+    def take(self) -> list[Queued]:
+        """The thread's next round: everything queued, its files now in its hands."""
+        with self._lock:
+            taken = []
+            while self.queue:
+                taken.append(self.queue.popleft())
+            self._in_hand.update(queued[0] for queued in taken)
+            return taken
 
     def queued(self, path: str, depth: int) -> None:
         """A chunk handed to the thread (besides `route`'s)."""
@@ -75,6 +107,7 @@ class Backlog:
     def written(self, path: str, count: int) -> bool:
         """The thread wrote `count` chunks of `path`; whether parked ones may follow now."""
         with self._lock:
+            self._in_hand.discard(path)
             left = self._pending[path] - count
             if left:
                 self._pending[path] = left

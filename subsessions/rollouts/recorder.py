@@ -26,7 +26,6 @@ import os
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -58,7 +57,6 @@ class RolloutWriter:
     """Appends queued chunks to their files on one background thread."""
 
     def __init__(self) -> None:
-        self._queue: deque[tuple[str, bytes | bytearray, Written | None, int]] = deque()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -73,7 +71,8 @@ class RolloutWriter:
         self._proc_fd: int | None = None  # /proc/self/fd, to link anonymous files through
         self._inline = True  # small durable chunks may be appended on the loop (see submit)
         self._inline_spent = False  # one was, in this turn of the loop
-        self._backlog = Backlog()  # what the thread holds of each file; parked endings
+        self._backlog = Backlog()  # the queue; what the thread holds of each file; parked
+        self._queue = self._backlog.queue
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -86,22 +85,29 @@ class RolloutWriter:
         """Queue a chunk; in a batch, files of a greater `depth` are written first.
 
         A small chunk someone waits for (an ending) is appended right here when the thread
-        has nothing of its file queued or in hand, nor of any deeper file (a child's head
-        its lines may name): every file keeps the order of its submits, a child's head
-        still reaches the disk before its parent's line naming it, and the waiter (a
-        `cancel_child`) is spared two thread hand-offs and whatever other files have
-        queued (a storm of new children). One such write per turn of the loop: a burst of
-        endings (`abort_all_children`) goes to the thread in one batch. A file system slow
-        enough to make that stall the loop turns it off for good."""
+        holds nothing of its file nor of any deeper file (a child's head its lines may
+        name), with its file's queued chunks if the thread has not taken them yet (a child
+        cancelled as it reaches its model call: its head and ending in one write); it is
+        parked (`backlog.py`) while the thread writes its file's earlier lines. Every file
+        keeps the order of its submits, a child's head still reaches the disk before its
+        parent's line naming it, and the waiter (a `cancel_child`) is spared the thread
+        hand-offs and other files' backlog (a storm of new children). One such write per
+        turn of the loop: a burst of endings (`abort_all_children`) goes to the thread in
+        one batch. A file system slow enough to make that stall the loop turns it off for
+        good."""
         if self._stopping:
             raise RuntimeError("rollout writer is closed")
-        small = waiter is not None and self._inline and len(data) <= INLINE_BYTES
-        route = self._backlog.route(path, data, waiter, depth, small,
-                                    small and not (data and self._inline_spent))
-        if route is Route.INLINE:
-            self._write_here(path, data)
+        route, queued = self._backlog.route(path, data, waiter, depth,
+                                            INLINE_BYTES if self._inline else 0,
+                                            not (data and self._inline_spent))
+        if route is Route.INLINE:  # with what it follows, taken off the queue
+            self._write_here(path, b"".join([*(chunk for _, chunk, _, _ in queued), data]))
+            problem = self._problem(path)
+            for _, _, then, _ in queued:
+                if then is not None:
+                    then(problem)
             if waiter is not None:  # (always: only a waited chunk is written here)
-                waiter(self._problem(path))
+                waiter(problem)
         elif route is Route.QUEUE:
             self._hand_over(path, data, waiter, depth)
 
@@ -194,8 +200,7 @@ class RolloutWriter:
         waiters: dict[str, list[Written]] = {}
         taken: dict[str, int] = {}  # chunks of each file, empty ones too
         taken_depths: dict[int, int] = {}
-        while self._queue:
-            path, data, waiter, depth = self._queue.popleft()
+        for path, data, waiter, depth in self._backlog.take():
             taken[path] = taken.get(path, 0) + 1
             taken_depths[depth] = taken_depths.get(depth, 0) + 1
             if data:  # an empty flush only waits for what came before it
