@@ -396,3 +396,41 @@ async def test_cancel_child_returns_while_the_writer_is_stuck_on_another_childs_
             release.set()
         assert await parent.subsessions.cancel_child(second)
         assert rollout_of(home, second).records[-1]["payload"]["type"] == "turn_aborted"
+
+
+async def test_a_failed_write_fails_its_own_waiter_even_when_the_file_is_written_again_at_once(
+        tmp_path: Path) -> None:
+    """The thread's write fails; before its round ends (stuck on another file), the loop
+    writes a small ending to the same file, which works again: the failure goes to the
+    waiter of the lost chunk, not to the ending."""
+    writer = RolloutWriter()
+    stuck, release = threading.Event(), threading.Event()
+    write = writer._append
+
+    def held_append(path: str, data: bytes | bytearray) -> None:
+        if Path(path).stem == "late":
+            stuck.set()
+            release.wait(30)
+        write(path, data)
+
+    writer._append = held_append  # type: ignore[method-assign]
+    blocker = tmp_path / "sessions"
+    blocker.write_text("in the way for a moment")
+    try:
+        flaky = RolloutRecorder(writer, str(blocker / "rollout-x.jsonl"), depth=1)
+        late = RolloutRecorder(writer, str(tmp_path / "late.jsonl"), depth=1)
+        flaky.event({"type": "lost", "text": "x" * (recorder_module.INLINE_BYTES + 1)})
+        lost = flaky.flush_durable()  # too large for the loop: the thread's, and it fails
+        late.event({"type": "late"})
+        late.flush()  # after it in the round, and stuck there
+        assert await asyncio.to_thread(stuck.wait, 30)
+        blocker.unlink()
+        flaky.event({"type": "turn_aborted"})
+        await asyncio.wait_for(flaky.flush_durable(), 30)  # on the loop, and written
+        release.set()
+        with pytest.raises(RolloutError):
+            await asyncio.wait_for(lost, 30)
+    finally:
+        release.set()
+        await writer.aclose()
+    assert [r["payload"]["type"] for r in lines(flaky.path)] == ["turn_aborted"]

@@ -48,9 +48,9 @@ _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 INLINE_BYTES = 16 * 1024  # a durable chunk this small may be written on the loop
 INLINE_SECONDS = 0.002  # ... as long as no such write ever took longer
-# ... than that, plus, while the thread writes other files, its turns with the interpreter
-# (the loop's open, write and close each wait for one): its work, not the disk's
+# ... plus, while the thread writes other files, its turns with the interpreter (not the disk)
 _BUSY_SLACK = 4 * sys.getswitchinterval()
+_Told = tuple[list[Written], RolloutError | None]  # waiters, and what they are told
 
 
 class RolloutWriter:
@@ -72,8 +72,7 @@ class RolloutWriter:
         self._inline = True  # small durable chunks may be appended on the loop (see submit)
         self._inline_spent = False  # one was, in this turn of the loop
         self._backlog = Backlog()  # the queue; what the thread holds of each file; parked
-        self._queue = self._backlog.queue
-        self._lock = threading.Lock()
+        self._queue, self._lock = self._backlog.queue, threading.Lock()
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping else "running" if self._thread else "idle"
@@ -111,9 +110,8 @@ class RolloutWriter:
         elif route is Route.QUEUE:
             self._hand_over(path, data, waiter, depth)
 
-    def _hand_over(
-        self, path: str, data: bytes | bytearray, waiter: Written | None, depth: int
-    ) -> None:
+    def _hand_over(self, path: str, data: bytes | bytearray, waiter: Written | None,
+                   depth: int) -> None:
         if self._thread is None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._run, name="rollout-writer", daemon=True)
@@ -212,22 +210,26 @@ class RolloutWriter:
         paths: Iterable[str] = batch
         if depths:  # children before parents (stable: otherwise in the order queued)
             paths = sorted(batch, key=lambda p: -depths.get(p, 0))
+        reported: list[_Told] = []
         for path in paths:
             self._append(path, b"".join(batch[path]))
-            self._written(path, taken.pop(path), waiters)
+            self._written(path, taken.pop(path), waiters.pop(path, None), reported)
         for path, count in taken.items():
-            self._written(path, count, waiters)
+            self._written(path, count, waiters.pop(path, None), reported)
         self._backlog.round_done(taken_depths)
-        if waiters:
-            reported = [(ws, self._problem(path)) for path, ws in waiters.items()]
+        if reported:
             self._call(_resolve, reported)
 
-    def _written(self, path: str, count: int, waiters: dict[str, list[Written]]) -> None:
-        """`path`'s chunks of this round are in the file: an ending parked behind them
-        goes on now (after their own waiters), not at the end of the round."""
+    def _written(self, path: str, count: int, waiters: list[Written] | None,
+                 reported: list[_Told]) -> None:
+        """`path`'s chunks of this round are in the file: what its `waiters` are told is
+        taken now, before the loop may write to it; an ending parked behind them goes on
+        now (after them), not at the end of the round."""
+        problem = None if waiters is None else self._problem(path)
         if self._backlog.written(path, count):
-            held = waiters.pop(path, [])
-            self._call(self._resume, path, held, self._problem(path) if held else None)
+            self._call(self._resume, path, waiters or [], problem)
+        elif waiters is not None:
+            reported.append((waiters, problem))
 
     def _call(self, callback: Any, *args: Any) -> None:
         assert self._loop is not None
@@ -337,7 +339,7 @@ def _cut_to_whole_line(fd: int, data: bytes | bytearray, written: int) -> int:
     return kept
 
 
-def _resolve(reported: list[tuple[list[Written], RolloutError | None]]) -> None:
+def _resolve(reported: list[_Told]) -> None:
     for waiters, problem in reported:
         for written in waiters:
             written(problem)
