@@ -281,16 +281,16 @@ async def test_an_ending_is_not_held_behind_another_files_backlog(tmp_path: Path
         held.flush()  # the thread takes it and is stuck there
         assert await asyncio.to_thread(stuck["held"].wait, 30)
         late.flush()  # queued behind it (and stuck too, once taken)
-        parent = RolloutRecorder(writer, str(tmp_path / "parent.jsonl"))
-        parent.event({"type": "spawned", "children": ["held", "late"]})
-        named = parent.flush_durable()  # names children whose heads are not on disk
-        behind = ended(held)  # its own head is being written
         await asyncio.wait_for(ended(done), 30)  # not behind the stuck files
         assert [r["type"] for r in lines(done.path)] == ["session_meta", "event_msg"]
         queued.flush()
         await asyncio.sleep(0)  # (one ending a turn is written on the loop)
         await asyncio.wait_for(ended(queued), 30)  # its head taken off the queue with it
         assert [r["type"] for r in lines(queued.path)] == ["session_meta", "event_msg"]
+        behind = ended(held)  # its own head is being written
+        parent = RolloutRecorder(writer, str(tmp_path / "parent.jsonl"))
+        parent.event({"type": "spawned", "children": ["held", "late"]})
+        named = parent.flush_durable()  # names children whose heads are not on disk
         for _ in range(5):
             await asyncio.sleep(0)
         assert not named.done() and not behind.done()
@@ -426,10 +426,14 @@ async def test_a_failed_write_fails_its_own_waiter_even_when_the_file_is_written
         assert await asyncio.to_thread(stuck.wait, 30)
         blocker.unlink()
         flaky.event({"type": "turn_aborted"})
-        await asyncio.wait_for(flaky.flush_durable(), 30)  # on the loop, and written
+        ending = flaky.flush_durable()  # written on the loop, told after `lost`
+        assert [r["payload"]["type"] for r in lines(flaky.path)] == ["turn_aborted"]
+        await asyncio.sleep(0)
+        assert not ending.done()  # waiters are told in the order of their chunks
         release.set()
         with pytest.raises(RolloutError):
             await asyncio.wait_for(lost, 30)
+        await asyncio.wait_for(ending, 30)
     finally:
         release.set()
         await writer.aclose()

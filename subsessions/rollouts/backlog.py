@@ -15,7 +15,9 @@ from __future__ import annotations
 import threading
 from collections import deque
 from enum import Enum
+from typing import Any
 
+from subsessions.errors import RolloutError
 from subsessions.rollouts.lines import Written
 
 Parked = tuple[bytes | bytearray, Written | None, int]  # (chunk, its waiter, its depth)
@@ -129,3 +131,27 @@ class Backlog:
         """The chunks parked for `path`, which is no longer parked (on the loop)."""
         with self._lock:
             return self._parked.pop(path, [])
+
+
+class InOrder:
+    """Waiters told in the order their chunks were submitted (on the loop): endings settle
+    in the order they were recorded, whichever file reached the disk first; none waits for
+    other files' lines without a waiter (a storm of new children's heads)."""
+
+    __slots__ = ("_waiting",)
+
+    def __init__(self) -> None:
+        self._waiting: deque[list[Any]] = deque()  # [waiter, told yet, what it is told]
+
+    def wrap(self, waiter: Written) -> Written:
+        entry: list[Any] = [waiter, False, None]
+        self._waiting.append(entry)
+
+        def told(problem: RolloutError | None) -> None:
+            entry[1:] = True, problem
+            waiting = self._waiting
+            while waiting and waiting[0][1]:
+                first = waiting.popleft()
+                first[0](first[2])
+
+        return told

@@ -5,8 +5,8 @@ writer at their await points (before a model call, at the end of a task). The
 writer thread opens, appends and closes each file, batching everything that
 queued up meanwhile, so no descriptor is held per idle session (10,000
 children fit under `ulimit -n 1024`), the event loop does not wait on the disk
-(but for a small ending while the thread is idle, see `submit`), and a durable
-flush resolves once the bytes are in the file.
+(but for a small ending, which waits only for its own file, see `submit`), and a
+durable flush resolves once the bytes are in the file.
 
 A parent's line naming a child must never reach the disk before the child's
 `session_meta` (a kill in between would leave a mention without a child, where the
@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from subsessions.errors import RolloutError
-from subsessions.rollouts.backlog import Backlog, Route
+from subsessions.rollouts.backlog import Backlog, InOrder, Route
 from subsessions.rollouts.files import make_private_dirs, temporary_name
 from subsessions.rollouts.lines import RolloutRecorder as RolloutRecorder
 from subsessions.rollouts.lines import Written as Written
@@ -73,6 +73,7 @@ class RolloutWriter:
         self._inline_spent = False  # one was, in this turn of the loop
         self._backlog = Backlog()  # the queue; what the thread holds of each file; parked
         self._queue, self._lock = self._backlog.queue, threading.Lock()
+        self._in_order = InOrder()  # waiters told in submit order
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping else "running" if self._thread else "idle"
@@ -86,16 +87,17 @@ class RolloutWriter:
         A small chunk someone waits for (an ending) is appended right here when the thread
         holds nothing of its file nor of any deeper file (a child's head its lines may
         name), with its file's queued chunks if the thread has not taken them yet (a child
-        cancelled as it reaches its model call: its head and ending in one write); it is
-        parked (`backlog.py`) while the thread writes its file's earlier lines. Every file
-        keeps the order of its submits, a child's head still reaches the disk before its
-        parent's line naming it, and the waiter (a `cancel_child`) is spared the thread
-        hand-offs and other files' backlog (a storm of new children). One such write per
-        turn of the loop: a burst of endings (`abort_all_children`) goes to the thread in
-        one batch. A file system slow enough to make that stall the loop turns it off for
-        good."""
+        cancelled as it reaches its model call: head and ending in one write); it is parked
+        (`backlog.py`) while the thread writes its file's earlier lines. Files keep the order
+        of their submits, a child's head reaches the disk before its parent's line naming
+        it, waiters are told in submit order, and an ending waits neither for the thread's
+        hand-offs nor for other files' backlog (a storm of new children). One such write a
+        turn of the loop: a burst of endings (`abort_all_children`) goes to the thread in one
+        batch. A file system slow enough to make that stall the loop turns it off for good."""
         if self._stopping:
             raise RuntimeError("rollout writer is closed")
+        if waiter is not None:
+            waiter = self._in_order.wrap(waiter)
         route, queued = self._backlog.route(path, data, waiter, depth,
                                             INLINE_BYTES if self._inline else 0,
                                             not (data and self._inline_spent))
