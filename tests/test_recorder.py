@@ -11,13 +11,17 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
+from subsessions import Engine, ModelRequest, SessionConfig
 from subsessions.errors import RolloutError
 from subsessions.rollouts import recorder as recorder_module
+from subsessions.rollouts.files import find_rollout
 from subsessions.rollouts.recorder import RolloutRecorder, RolloutWriter, rollout_path
+from subsessions.testing import Script, first_prompt, rollout_of
 
 SID = "01a1fe50-46e5-76bd-9def-b2b03eae7f6a"
 STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
@@ -236,3 +240,201 @@ async def test_no_descriptor_is_held_per_session(home: Path) -> None:
         assert all(len(lines(r.path)) == 2 for r in recorders)
     finally:
         await writer.aclose()
+
+
+
+async def test_an_ending_is_not_held_behind_another_files_backlog(tmp_path: Path) -> None:
+    """While the thread is stuck on other files (a storm of new children being created), a
+    small ending of a file whose lines are on disk is written and reported at once; one whose
+    head the thread is writing, as soon as that head is written, not once the thread's round
+    ends; one whose head is still queued, with it, at once. A parent naming a child whose
+    head is not on disk still waits for it."""
+    writer = RolloutWriter()
+    stuck = {name: threading.Event() for name in ("held", "late")}
+    release = {name: threading.Event() for name in ("held", "late")}
+    write = writer._append
+
+    def held_append(path: str, data: bytes | bytearray) -> None:
+        name = Path(path).stem
+        if name in stuck and threading.current_thread().name == "rollout-writer":
+            stuck[name].set()
+            release[name].wait(30)
+        write(path, data)
+
+    def child(name: str) -> RolloutRecorder:
+        recorder = RolloutRecorder(writer, str(tmp_path / f"{name}.jsonl"), depth=1)
+        recorder.record("session_meta", {"id": name})
+        return recorder
+
+    def ended(recorder: RolloutRecorder) -> asyncio.Future[None]:
+        recorder.event({"type": "turn_aborted"})
+        return recorder.flush_durable()
+
+    def exists(recorder: RolloutRecorder) -> bool:
+        return Path(recorder.path).exists()
+
+    writer._append = held_append  # type: ignore[method-assign]
+    try:
+        done = child("done")
+        await done.flush_durable()  # its head is on disk
+        held, late, queued = child("held"), child("late"), child("queued")
+        held.flush()  # the thread takes it and is stuck there
+        assert await asyncio.to_thread(stuck["held"].wait, 30)
+        late.flush()  # queued behind it (and stuck too, once taken)
+        await asyncio.wait_for(ended(done), 30)  # not behind the stuck files
+        assert [r["type"] for r in lines(done.path)] == ["session_meta", "event_msg"]
+        queued.flush()
+        await asyncio.sleep(0)  # (one ending a turn is written on the loop)
+        await asyncio.wait_for(ended(queued), 30)  # its head taken off the queue with it
+        assert [r["type"] for r in lines(queued.path)] == ["session_meta", "event_msg"]
+        behind = ended(held)  # its own head is being written
+        parent = RolloutRecorder(writer, str(tmp_path / "parent.jsonl"))
+        parent.event({"type": "spawned", "children": ["held", "late"]})
+        named = parent.flush_durable()  # names children whose heads are not on disk
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not named.done() and not behind.done()
+        assert not exists(parent) and not exists(held)
+        release["held"].set()
+        await asyncio.wait_for(behind, 30)  # once its head is written, late still stuck
+        assert [r["type"] for r in lines(held.path)] == ["session_meta", "event_msg"]
+        assert await asyncio.to_thread(stuck["late"].wait, 30)
+        assert not named.done() and not exists(parent) and not exists(late)
+        release["late"].set()
+        await asyncio.wait_for(named, 30)
+        assert exists(late)
+        assert [r["payload"]["type"] for r in lines(parent.path)] == ["spawned"]
+    finally:
+        for event in release.values():
+            event.set()
+        await writer.aclose()
+
+
+async def test_an_ending_parked_behind_its_head_fails_with_it_and_is_written_at_close(
+        tmp_path: Path) -> None:
+    """An ending written with its file's queued head: a write of those that failed fails
+    it (RolloutError); one parked (the loop's one write of its turn was spent) with a large
+    chunk behind it when the writer closes is written before aclose returns."""
+    writer = RolloutWriter()
+    stuck, release = threading.Event(), threading.Event()
+    write = writer._append
+
+    def held_append(path: str, data: bytes | bytearray) -> None:
+        if Path(path).stem == "gate":
+            stuck.set()
+            release.wait(30)
+        write(path, data)
+
+    writer._append = held_append  # type: ignore[method-assign]
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a regular file, not a directory")
+    try:
+        gate = RolloutRecorder(writer, str(tmp_path / "gate.jsonl"))
+        gate.record("session_meta", {"id": "gate"})
+        gate.flush()  # the thread takes it and is stuck there
+        assert await asyncio.to_thread(stuck.wait, 30)
+        bad = RolloutRecorder(writer, str(blocker / "rollout-x.jsonl"), depth=1)
+        kept = RolloutRecorder(writer, str(tmp_path / "kept.jsonl"), depth=1)
+        for recorder in (bad, kept):
+            recorder.record("session_meta", {"id": Path(recorder.path).stem})
+            recorder.flush()  # in the thread's next round
+            recorder.event({"type": "turn_aborted"})
+        failed = bad.flush_durable()  # written with its head, on the loop
+        kept.flush_then(lambda error: None)  # parked: nobody awaits it
+        kept.event({"type": "large", "text": "x" * 20_000})
+        kept.flush()  # parked behind it
+        closing = asyncio.create_task(writer.aclose())
+        await asyncio.sleep(0)
+        release.set()
+        with pytest.raises(RolloutError):
+            await asyncio.wait_for(failed, 30)
+        await asyncio.wait_for(closing, 30)
+    finally:
+        release.set()
+        await writer.aclose()
+    kinds = [r["payload"].get("type") for r in lines(kept.path)]
+    assert kinds == [None, "turn_aborted", "large"]
+
+
+async def test_cancel_child_returns_while_the_writer_is_stuck_on_another_childs_file(
+        home: Path) -> None:
+    """A child waiting in its model call, its first lines on disk, is cancelled while the
+    writer is stuck creating a newer child's rollout: `cancel_child` returns with its ending
+    on disk, without waiting for the other file."""
+    never = asyncio.Event()
+    reached: dict[str, asyncio.Event] = {"one": asyncio.Event(), "two": asyncio.Event()}
+
+    async def blocked(request: ModelRequest) -> Any:
+        reached[first_prompt(request)].set()
+        await never.wait()
+
+    script = Script(route=first_prompt)
+    script.handlers.update(one=blocked, two=blocked)
+    stuck, release = threading.Event(), threading.Event()
+    async with Engine(home, model_client=script.model, model="m") as engine:
+        parent = await engine.create_session(SessionConfig(model="m"))
+        first = await parent.subsessions.spawn_child(SessionConfig(model="m"), "one")
+        await reached["one"].wait()
+        await parent.flush_durable()  # waits for its child's first lines too
+        writer = parent.runtime.writer
+        write, kept = writer._append, find_rollout(home, first)
+
+        def held_append(path: str, data: bytes | bytearray) -> None:
+            if path != kept and threading.current_thread().name == "rollout-writer":
+                stuck.set()
+                release.wait(30)
+            write(path, data)
+
+        writer._append = held_append  # type: ignore[method-assign]
+        try:
+            second = await parent.subsessions.spawn_child(SessionConfig(model="m"), "two")
+            assert await asyncio.to_thread(stuck.wait, 30)  # creating the second's file
+            assert await asyncio.wait_for(parent.subsessions.cancel_child(first), 30)
+            assert rollout_of(home, first).records[-1]["payload"]["type"] == "turn_aborted"
+            assert not any(second in name for name in os.listdir(Path(kept).parent))
+        finally:
+            release.set()
+        assert await parent.subsessions.cancel_child(second)
+        assert rollout_of(home, second).records[-1]["payload"]["type"] == "turn_aborted"
+
+
+async def test_a_failed_write_fails_its_own_waiter_even_when_the_file_is_written_again_at_once(
+        tmp_path: Path) -> None:
+    """The thread's write fails; before its round ends (stuck on another file), the loop
+    writes a small ending to the same file, which works again: the failure goes to the
+    waiter of the lost chunk, not to the ending."""
+    writer = RolloutWriter()
+    stuck, release = threading.Event(), threading.Event()
+    write = writer._append
+
+    def held_append(path: str, data: bytes | bytearray) -> None:
+        if Path(path).stem == "late":
+            stuck.set()
+            release.wait(30)
+        write(path, data)
+
+    writer._append = held_append  # type: ignore[method-assign]
+    blocker = tmp_path / "sessions"
+    blocker.write_text("in the way for a moment")
+    try:
+        flaky = RolloutRecorder(writer, str(blocker / "rollout-x.jsonl"), depth=1)
+        late = RolloutRecorder(writer, str(tmp_path / "late.jsonl"), depth=1)
+        flaky.event({"type": "lost", "text": "x" * (recorder_module.INLINE_BYTES + 1)})
+        lost = flaky.flush_durable()  # too large for the loop: the thread's, and it fails
+        late.event({"type": "late"})
+        late.flush()  # after it in the round, and stuck there
+        assert await asyncio.to_thread(stuck.wait, 30)
+        blocker.unlink()
+        flaky.event({"type": "turn_aborted"})
+        ending = flaky.flush_durable()  # written on the loop, told after `lost`
+        assert [r["payload"]["type"] for r in lines(flaky.path)] == ["turn_aborted"]
+        await asyncio.sleep(0)
+        assert not ending.done()  # waiters are told in the order of their chunks
+        release.set()
+        with pytest.raises(RolloutError):
+            await asyncio.wait_for(lost, 30)
+        await asyncio.wait_for(ending, 30)
+    finally:
+        release.set()
+        await writer.aclose()
+    assert [r["payload"]["type"] for r in lines(flaky.path)] == ["turn_aborted"]
