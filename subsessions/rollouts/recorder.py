@@ -7,12 +7,13 @@ per idle session (10,000 children fit under `ulimit -n 1024`), the event loop do
 on the disk (but for a small ending, which waits only for its own file, see `submit`), and a
 durable flush resolves once the bytes are in the file.
 
-A parent's line naming a child must never reach the disk before the child's `session_meta`
-(a kill in between would leave a mention without a child, where the other way round only
-leaves a child without a mention). So the parent's recorder hands the child's head to the
-writer before its own next lines (`before_flush`, off the spawn path), and within a batch the
-writer puts deeper sessions' files first. An append that fails half-way is cut back to its
-last whole line: a record written once the disk has room again never joins a fragment.
+A parent's line naming a child must never reach the disk before the child's
+`session_meta` (a kill in between would leave a mention without a child, where the
+other way round only leaves a child without a mention). So the parent's recorder
+hands the child's head to the writer before its own next lines (`before_flush`, off
+the spawn path), and within a batch the writer puts deeper sessions' files first.
+An append that fails half-way is cut back to its last whole line, so a record
+written once the disk has room again is never glued onto a fragment.
 """
 
 from __future__ import annotations
