@@ -1,10 +1,11 @@
 """Writing rollouts: a buffer per session, one writer thread per engine.
 
-Sessions append serialised lines to an in-memory buffer and hand it to the writer at their
-await points (before a model call, at the end of a task). The writer thread opens, appends
-and closes each file, batching everything that queued up meanwhile, so no descriptor is held
-per idle session (10,000 children fit under `ulimit -n 1024`), the event loop does not wait
-on the disk (but for a small ending, which waits only for its own file, see `submit`), and a
+Sessions append serialised lines to an in-memory buffer and hand it to the
+writer at their await points (before a model call, at the end of a task). The
+writer thread opens, appends and closes each file, batching everything that
+queued up meanwhile, so no descriptor is held per idle session (10,000
+children fit under `ulimit -n 1024`), the event loop does not wait on the disk
+(but for a small ending, which waits only for its own file, see `submit`), and a
 durable flush resolves once the bytes are in the file.
 
 A parent's line naming a child must never reach the disk before the child's
