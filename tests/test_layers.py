@@ -109,7 +109,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "mcp.client", "mcp.config", "mcp.link", "mcp.transcript", "models", "models.base",
         "models.factory", "models.openai_chat", "models.openai_common", "models.openai_errors",
         "models.openai_responses", "models.scripted", "otel", "otel.content", "otel.remote",
-        "otel.tracing", "rollouts", "rollouts.backlog", "rollouts.files",
+        "otel.tracing", "rollouts", "rollouts.files",
         "rollouts.follow", "rollouts.index", "rollouts.lines", "rollouts.listing",
         "rollouts.reader",
         "rollouts.recorder", "rollouts.records", "rollouts.render", "rollouts.summary", "tools",

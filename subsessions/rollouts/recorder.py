@@ -5,8 +5,8 @@ writer at their await points (before a model call, at the end of a task). The
 writer thread opens, appends and closes each file, batching everything that
 queued up meanwhile, so no descriptor is held per idle session (10,000
 children fit under `ulimit -n 1024`), the event loop does not wait on the disk
-(but for a small ending, which waits only for its own file, see `submit`), and a
-durable flush resolves once the bytes are in the file.
+(but for a small ending while the thread is idle, see `submit`), and a durable
+flush resolves once the bytes are in the file.
 
 A parent's line naming a child must never reach the disk before the child's
 `session_meta` (a kill in between would leave a mention without a child, where the
@@ -23,14 +23,13 @@ import asyncio
 import contextlib
 import errno
 import os
-import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
 from subsessions.errors import RolloutError
-from subsessions.rollouts.backlog import Backlog, InOrder, Route
 from subsessions.rollouts.files import make_private_dirs, temporary_name
 from subsessions.rollouts.lines import RolloutRecorder as RolloutRecorder
 from subsessions.rollouts.lines import Written as Written
@@ -48,15 +47,15 @@ _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 INLINE_BYTES = 16 * 1024  # a durable chunk this small may be written on the loop
 INLINE_SECONDS = 0.002  # ... as long as no such write ever took longer
-# ... plus, while the thread writes other files, its turns with the interpreter (not the disk)
-_BUSY_SLACK = 4 * sys.getswitchinterval()
-_Told = tuple[list[Written], RolloutError | None]  # waiters, and what they are told
+
+_Waiter = tuple[Written, str]
 
 
 class RolloutWriter:
     """Appends queued chunks to their files on one background thread."""
 
     def __init__(self) -> None:
+        self._queue: deque[tuple[str, bytes | bytearray, Written | None, int]] = deque()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -71,9 +70,6 @@ class RolloutWriter:
         self._proc_fd: int | None = None  # /proc/self/fd, to link anonymous files through
         self._inline = True  # small durable chunks may be appended on the loop (see submit)
         self._inline_spent = False  # one was, in this turn of the loop
-        self._backlog = Backlog()  # the queue; what the thread holds of each file; parked
-        self._queue, self._lock = self._backlog.queue, threading.Lock()
-        self._in_order = InOrder()  # waiters told in submit order
 
     def __repr__(self) -> str:
         state = "stopping" if self._stopping else "running" if self._thread else "idle"
@@ -85,35 +81,26 @@ class RolloutWriter:
         """Queue a chunk; in a batch, files of a greater `depth` are written first.
 
         A small chunk someone waits for (an ending) is appended right here when the thread
-        holds nothing of its file nor of any deeper file (a child's head its lines may
-        name), with its file's queued chunks if the thread has not taken them yet (a child
-        cancelled as it reaches its model call: head and ending in one write); it is parked
-        (`backlog.py`) while the thread writes its file's earlier lines. Files keep the order
-        of their submits, a child's head reaches the disk before its parent's line naming
-        it, waiters are told in submit order, and an ending waits neither for the thread's
-        hand-offs nor for other files' backlog (a storm of new children). One such write a
-        turn of the loop: a burst of endings (`abort_all_children`) goes to the thread in one
-        batch. A file system slow enough to make that stall the loop turns it off for good."""
+        has nothing queued or in hand: the order of every file is then still the order of
+        submits, and the waiter (a `cancel_child`) is spared two thread hand-offs. One such
+        write per turn of the loop: a burst of endings (`abort_all_children`) goes to the
+        thread in one batch. A file system slow enough to make that stall the loop turns
+        it off for good."""
         if self._stopping:
             raise RuntimeError("rollout writer is closed")
-        if waiter is not None:
-            waiter = self._in_order.wrap(waiter)
-        route, queued = self._backlog.route(path, data, waiter, depth,
-                                            INLINE_BYTES if self._inline else 0,
-                                            not (data and self._inline_spent))
-        if route is Route.INLINE:  # with what it follows, taken off the queue
-            self._write_here(path, b"".join([*(chunk for _, chunk, _, _ in queued), data]))
-            problem = self._problem(path)
-            for _, _, then, _ in queued:
-                if then is not None:
-                    then(problem)
-            if waiter is not None:  # (always: only a waited chunk is written here)
-                waiter(problem)
-        elif route is Route.QUEUE:
-            self._hand_over(path, data, waiter, depth)
-
-    def _hand_over(self, path: str, data: bytes | bytearray, waiter: Written | None,
-                   depth: int) -> None:
+        if (waiter is not None and self._inline and len(data) <= INLINE_BYTES
+                and not self._inline_spent and not self._queue
+                and (self._thread is None or self._idle)):
+            if data:  # an empty flush only waits for what came before it: written already
+                self._inline_spent = True
+                asyncio.get_running_loop().call_soon(self._inline_again)
+                started = time.perf_counter()
+                self._append(path, data)
+                if time.perf_counter() - started > INLINE_SECONDS:
+                    self._inline = False
+            problem = self._failed.pop(path, None)
+            waiter(None if problem is None else RolloutError(path, problem))
+            return
         if self._thread is None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._run, name="rollout-writer", daemon=True)
@@ -121,45 +108,6 @@ class RolloutWriter:
         self._queue.append((path, data, waiter, depth))
         if self._idle:  # a busy writer drains the queue before it sleeps again
             self._wake.set()
-
-    def _write_here(self, path: str, data: bytes | bytearray) -> None:
-        """Append on the loop (an empty flush only waits for what came before it: written)."""
-        if data:
-            self._inline_spent = True
-            asyncio.get_running_loop().call_soon(self._inline_again)
-            slack = 0.0 if self._thread is None or self._idle else _BUSY_SLACK
-            started = time.perf_counter()
-            self._append(path, data)
-            if time.perf_counter() - started > INLINE_SECONDS + slack:
-                self._inline = False
-
-    def _problem(self, path: str) -> RolloutError | None:
-        problem = self._failed.pop(path, None)
-        return None if problem is None else RolloutError(path, problem)
-
-    def _resume(self, path: str, waiters: list[Written], problem: RolloutError | None) -> None:
-        """The thread wrote what `path` had in its hands (these `waiters` waited for it):
-        what was parked behind it goes to the disk on the loop, or to the thread. Closing,
-        it is written here: the thread may be gone."""
-        for held in waiters:
-            held(problem)
-        parked = self._backlog.resume(path)
-        if not parked:
-            return
-        data = b"".join(chunk for chunk, _, _ in parked)
-        depth = parked[-1][2]
-        if self._stopping or (
-                self._inline and not (data and self._inline_spent)
-                and len(data) <= INLINE_BYTES and self._backlog.none_deeper(depth)):
-            self._write_here(path, data)
-            problem = self._problem(path)
-            for _, then, _ in parked:
-                if then is not None:
-                    then(problem)
-            return
-        for chunk, then, depth in parked:
-            self._backlog.queued(path, depth)
-            self._hand_over(path, chunk, then, depth)
 
     def _inline_again(self) -> None:
         self._inline_spent = False
@@ -197,41 +145,24 @@ class RolloutWriter:
         when it returns, not kept by the thread's locals while it sleeps."""
         batch: dict[str, list[bytes | bytearray]] = {}
         depths: dict[str, int] = {}
-        waiters: dict[str, list[Written]] = {}
-        taken: dict[str, int] = {}  # chunks of each file, empty ones too
-        taken_depths: dict[int, int] = {}
-        for path, data, waiter, depth in self._backlog.take():
-            taken[path] = taken.get(path, 0) + 1
-            taken_depths[depth] = taken_depths.get(depth, 0) + 1
+        waiters: list[_Waiter] = []
+        while self._queue:
+            path, data, waiter, depth = self._queue.popleft()
             if data:  # an empty flush only waits for what came before it
                 batch.setdefault(path, []).append(data)
                 if depth:
                     depths[path] = depth
             if waiter is not None:
-                waiters.setdefault(path, []).append(waiter)
+                waiters.append((waiter, path))
         paths: Iterable[str] = batch
         if depths:  # children before parents (stable: otherwise in the order queued)
             paths = sorted(batch, key=lambda p: -depths.get(p, 0))
-        reported: list[_Told] = []
         for path in paths:
             self._append(path, b"".join(batch[path]))
-            self._written(path, taken.pop(path), waiters.pop(path, None), reported)
-        for path, count in taken.items():
-            self._written(path, count, waiters.pop(path, None), reported)
-        self._backlog.round_done(taken_depths)
-        if reported:
-            self._call(_resolve, reported)
-
-    def _written(self, path: str, count: int, waiters: list[Written] | None,
-                 reported: list[_Told]) -> None:
-        """`path`'s chunks of this round are in the file: what its `waiters` are told is
-        taken now, before the loop may write to it; an ending parked behind them goes on
-        now (after them), not at the end of the round."""
-        problem = None if waiters is None else self._problem(path)
-        if self._backlog.written(path, count):
-            self._call(self._resume, path, waiters or [], problem)
-        elif waiters is not None:
-            reported.append((waiters, problem))
+        if waiters:
+            reported = {path: self._failed.pop(path) for _, path in waiters
+                        if path in self._failed}
+            self._call(_resolve, waiters, reported)
 
     def _call(self, callback: Any, *args: Any) -> None:
         assert self._loop is not None
@@ -310,9 +241,7 @@ class RolloutWriter:
         if self._tmpfile:
             try:
                 if self._proc_fd is None:
-                    with self._lock:  # the loop may be creating a file too
-                        if self._proc_fd is None:
-                            self._proc_fd = os.open("/proc/self/fd", _DIRECTORY)
+                    self._proc_fd = os.open("/proc/self/fd", _DIRECTORY)
                 flags = os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC
                 return os.open(os.path.dirname(path), flags, 0o600), None
             except OSError as exc:
@@ -341,10 +270,10 @@ def _cut_to_whole_line(fd: int, data: bytes | bytearray, written: int) -> int:
     return kept
 
 
-def _resolve(reported: list[_Told]) -> None:
-    for waiters, problem in reported:
-        for written in waiters:
-            written(problem)
+def _resolve(waiters: list[_Waiter], failed: dict[str, str]) -> None:
+    for written, path in waiters:
+        problem = failed.get(path)
+        written(None if problem is None else RolloutError(path, problem))
 
 
 def _set_done(future: asyncio.Future[None]) -> None:
