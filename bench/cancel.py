@@ -49,7 +49,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from subsessions import Engine, ModelRequest, SessionConfig
+from subsessions.rollouts.files import make_private_dirs
 from subsessions.rollouts.reader import find_rollout, read_rollout
+from subsessions.rollouts.recorder import rollout_path
 from subsessions.testing import WORKER, Script, call, first_prompt
 
 CANCEL_TARGET_MS = 0.2
@@ -169,17 +171,18 @@ async def cancel_held(home: Path, count: int) -> list[float]:
     return times
 
 
-async def new_file_cost(folder: Path) -> float:
-    """Median microseconds to create, write and close a new file in `folder`."""
-    return created_files(folder, 50)
+async def new_file_cost(home: Path) -> float:
+    """Median microseconds to create, write and close a new file in the folder where the
+    next rollouts in `home` go (the files' names are no rollout's: nothing lists them)."""
+    return created_files(Path(rollout_path(home, "probe", time.time())).parent, 50)
 
 
 def created_files(folder: Path, count: int) -> float:
-    folder.mkdir(parents=True)
+    make_private_dirs(str(folder))
     times = []
     for n in range(count):  # kept: a deleted file would make the next ones dearer
         started = time.perf_counter()
-        fd = os.open(folder / f"f{n}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(folder / f"probe-{n}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, b"{}\n")
         os.close(fd)
         times.append((time.perf_counter() - started) * 1e6)
@@ -335,7 +338,7 @@ def run_cancels(root: Path, count: int, rounds: int) -> None:
     asyncio.run(cancel_one(root / "warm", 50))  # imports, first rollout: not timed
     results = rounds_of(rounds, [
         ("bare", lambda r: bare_cancel_one(count)),
-        ("new file", lambda r: new_file_cost(root / f"new-file-{r}")),
+        ("new file", lambda r: new_file_cost(root / f"cancel-{r}")),
         ("manager", lambda r: cancel_one(root / f"cancel-{r}", count)),
         ("held", lambda r: cancel_held(root / f"held-{r}", count)),
     ])
