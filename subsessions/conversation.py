@@ -22,7 +22,6 @@ from subsessions.origin import NEW, Origin, Phase
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
-from subsessions.runtime import Runtime
 from subsessions.session_state import SessionState
 from subsessions.tools import ToolContext
 from subsessions.usage import Usage
@@ -119,7 +118,8 @@ class Conversation(SessionState):
         return "queued"
 
     def wake(self) -> None:
-        """A child of its ended unseen (only an idle top-level session wakes: `Session`)."""
+        """Its children ended unseen: only an idle top-level session starts a task for that
+        (`Session.wake`); a child reads their notices at its next model call."""
 
     async def tell_parent(self, message: str) -> str:
         """`send_parent_message` from this child: how its parent took it."""
@@ -199,14 +199,13 @@ class Child(ChildLife["Child"], Conversation):
                          source=source, budget=budget, session_id=session_id, origin=origin)
 
     @classmethod
-    def ended_earlier(cls, runtime: Runtime, config: SessionConfig, origin: Origin,
+    def ended_earlier(cls, config: SessionConfig, origin: Origin,
                       parent: Conversation, profile: Profile, source: str | dict[str, Any],
                       outcome: Ending, ended_at: float | None, on_ended: Settle) -> Child:
         """A child that ended in an earlier run (resume): known, waitable, and run again
         (a follow-up) from its rollout."""
         assert origin.session_id is not None and origin.rollout_path is not None
-        kit = Kit(config, profile, {t.name: t for t in config.tools}, None, parent.tree,
-                  parent.depth + 1)
+        kit = Kit.of(config, profile, None, parent.tree, parent.depth + 1)
         child = cls(parent, kit, origin.session_id, None, None, on_ended, origin=origin,
                     source=source, outcome=outcome, ended_at=ended_at)
         child.release()  # run again, it reloads its history from its rollout

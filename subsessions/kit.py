@@ -30,6 +30,12 @@ class Kit:
     depth: int  # of the sessions made with it
     _specs: list[Specs] = field(factory=list, init=False)  # built at the first model call
 
+    @classmethod
+    def of(cls, config: SessionConfig, profile: Profile | None, tool_context: ToolContext | None,
+           tree: SessionTree, depth: int) -> Kit:
+        """A kit of `config`'s own tools (a child's: new, resumed, or a shard's)."""
+        return cls(config, profile, {t.name: t for t in config.tools}, tool_context, tree, depth)
+
     def __repr__(self) -> str:
         name = self.profile.name if self.profile is not None else "-"
         return f"<Kit {name} depth={self.depth} tools={len(self.tools)}>"

@@ -136,13 +136,13 @@ def _read_children(home: Path, parent_id: str, damaged: list[str]) -> list[_Know
     return known
 
 
-def _adopt_children(runtime: Runtime, session: Session, known: list[_Known]) -> None:
+def _adopt_children(session: Session, known: list[_Known]) -> None:
     """Know each child that ended in an earlier run: it can be waited for."""
     for child in known:
         meta = child.rollout.meta
         source = meta.get("source")
         session.subsessions.adopt_ended(partial(
-            Child.ended_earlier, runtime, _config(child.rollout, None), child.origin, session,
+            Child.ended_earlier, _config(child.rollout, None), child.origin, session,
             Profile(name=optional_text(meta.get("session_type")) or "custom"),
             source if isinstance(source, str | dict) else "exec", child.ending,
             child.ended_at))
@@ -235,6 +235,6 @@ def rebuild(
             resume_report=note), source=source)
         if _ends_torn(path):
             session.recorder.start_new_line()  # never glue a new line onto a torn one
-        _adopt_children(runtime, session, known)
+        _adopt_children(session, known)
     session.recorder.event({"type": "background_event", "message": note})
     return session

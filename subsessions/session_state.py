@@ -59,7 +59,6 @@ class SessionState(SessionParts[SubsessionManager]):
         call_id: str | None = None,
         source: str | dict[str, Any] = "exec",
         origin: Origin = NEW,
-        tool_context: ToolContext | None = None,  # a child's: its parent's, made for a child
         budget: Budget | None = None,  # a child's, asked for at spawn (besides its config's)
         kit: Kit | None = None,  # a child's, shared with its siblings (`child_kit`)
         session_id: str | None = None,  # a child's, chosen by its parent (else `origin`'s)
@@ -106,11 +105,10 @@ class SessionState(SessionParts[SubsessionManager]):
             runtime.unwritten,
             self.depth,
         )
-        if kit is None and parent is None and tool_context is None:
-            kit = own_kit(config, profile, self.tree, self.cwd, runtime.home,
-                          partial(runtime.dispatcher.request_permission, self))
-        self.kit = kit or Kit(config, profile, {t.name: t for t in config.tools}, tool_context,
-                              self.tree, self.depth)
+        # a child's is given (shared with its siblings); a top-level session's is its own
+        self.kit = kit if kit is not None else own_kit(
+            config, profile, self.tree, self.cwd, runtime.home,
+            partial(runtime.dispatcher.request_permission, self))
         # a resumed session keeps its first meta
         self._phase = Phase.OPEN if origin.rollout_path is not None else Phase.NEW
         # what few sessions need (children, messages, notes...): made at first use

@@ -107,8 +107,8 @@ class Kits:
 
     def _new(self, profile: Profile, config: SessionConfig) -> Kit:
         parent = self._parent
-        return Kit(config, profile, {t.name: t for t in config.tools},
-                   parent.child_tool_context(), parent.tree, parent.depth + 1)
+        return Kit.of(config, profile, parent.child_tool_context(), parent.tree,
+                      parent.depth + 1)
 
 
 async def consent(parent: Member, kit: Kit, prompt: str, budget: Budget | None) -> None:

@@ -105,7 +105,7 @@ async def test_a_cancel_before_the_first_step_lets_the_child_write_its_own_endin
 
 def _child(engine: Engine, parent: Session) -> Child:
     """A child of `parent`, not started, that settles itself."""
-    kit = Kit(SessionConfig(model="m"), WORKER, {}, None, parent.tree, 1)
+    kit = Kit.of(SessionConfig(model="m"), WORKER, None, parent.tree, 1)
     return parent.new_child(new_session_id(), kit, "call_1", None, settle_itself, None)
 
 

@@ -205,7 +205,7 @@ async def _moving(home: Path, stop_first: bool) -> tuple[Any, ...]:
 
     async with Engine(home, model_client=ScriptedModel([]), profiles={}) as engine:
         parent = await engine.create_session()
-        kit = Kit(SessionConfig(model="m"), WORKER, {}, None, parent.tree, 1)
+        kit = Kit.of(SessionConfig(model="m"), WORKER, None, parent.tree, 1)
         child = parent.new_child(new_session_id(), kit, "call_1", None, settle_itself, None)
         child.claim()
         actors = [FakeActor(), FakeActor()]

@@ -29,8 +29,7 @@ class ShardChild(Child):
 
     def __init__(self, config: SessionConfig, *, parent: Session, spec: ChildSpec,
                  share: Meter | None, to_parent: Callable[[str], Awaitable[str]]) -> None:
-        kit = Kit(config, spec.profile, {t.name: t for t in config.tools}, spec.tool_context,
-                  parent.tree, parent.depth + 1)
+        kit = Kit.of(config, spec.profile, spec.tool_context, parent.tree, parent.depth + 1)
         super().__init__(
             parent, kit, spec.session_id, spec.call_id, spec.budget, source=spec.source,
             origin=Origin(spec.session_id, spec.rollout_path, started_at=spec.started_at,
