@@ -21,14 +21,7 @@ from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
 from subsessions.child import ChildLife, Settle
 from subsessions.child_book import ChildBook
-from subsessions.children import (
-    Cancelled,
-    Done,
-    Ending,
-    Failed,
-    RunResult,
-    WaitResult,
-)
+from subsessions.children import Cancelled, Done, Ending, Failed, RunResult, WaitResult
 from subsessions.config import SessionConfig, filter_tools
 from subsessions.errors import (
     BudgetExhausted,
@@ -150,11 +143,20 @@ class SubsessionManager(ChildBook[Kid]):
         return child_id
 
     def requeue(self, session_id: str, session_type: str, prompt: str, call_id: str,
-                budget: Budget | None) -> None:
+                budget: Budget | None, messages: tuple[str, ...] = ()) -> None:
         """A spawn that was queued when its process ended (resume): queued again under
-        its id, and started now if there is room."""
+        its id with the messages sent to it meanwhile, and started now if there is room."""
         self._enqueue(self._kits.get(session_type), prompt, call_id, budget, session_id)
+        for message in messages:
+            self._hold_message(self._children[session_id], message)
         self._session.tree.start_queued()
+
+    def _hold_message(self, record: Record, message: str) -> None:
+        """A message to a queued child: read after its prompt, before its first model call.
+        The parent's rollout keeps it, for a resume (`requeue`) and if it never starts."""
+        record.body.inbox.append(message)
+        self._session.recorder.event({**records.background(
+            f"message to queued child session {record.session_id}"), "sent": message})
 
     def _dequeued(self, record: Record, prompt: str, place: Reservation) -> None:
         with place:
@@ -167,7 +169,9 @@ class SubsessionManager(ChildBook[Kid]):
     def _withdraw(self, child_id: str) -> None:
         """A queued child cancelled: it leaves the queue and ends cancelled, unstarted."""
         if self._session.tree.withdraw(child_id):
-            self._settle(self._children[child_id], Cancelled(), started=False)
+            record = self._children[child_id]
+            record.body.inbox.clear()  # its task's, never read (its parent's rollout has them)
+            self._settle(record, Cancelled(), started=False)
 
     def _check_can_start(self, what: str) -> None:
         parent = self._session
@@ -197,9 +201,9 @@ class SubsessionManager(ChildBook[Kid]):
         elif parent.config.notify_on_child_end:
             self._unnoticed.append(record)
         child.close_events()
-        if started:
+        if started:  # (one that never started has no history: a follow-up starts it)
             parent.runtime.dispatcher.child_ended(parent, child, record.ending_data)
-        child.release()  # its ending is on disk: what the API reports stays, the history goes
+            child.release()  # its ending is on disk: what the API reports stays, history goes
         parent.wake()  # whether to is Session.wake's to decide (wake_on_child_end, idle)
 
     def adopt_ended(self, make: Callable[[Settle], Record]) -> None:
@@ -306,13 +310,16 @@ class SubsessionManager(ChildBook[Kid]):
         return pending
 
     async def send_message(self, session_id: str, message: str) -> str:
-        """To a running child: the message joins its history before its next model call
-        (`"queued"`). To an ended one: a follow-up task on the same history and rollout,
-        which `wait_child` then waits for (`"started"`)."""
+        """To a running or queued child: the message joins its history before its next
+        (first) model call, at once (`"queued"`). To an ended one: a follow-up task on the
+        same history and rollout, which `wait_child` then waits for (`"started"`)."""
         record = self._lookup(session_id)
         if not isinstance(message, str) or not message.strip():
             raise InvalidArguments("send_message", "message must be a non-empty string")
         while True:
+            if record.withdraw is not None:  # queued: never wait for it to start
+                self._hold_message(record, message)
+                return "queued"
             if record.accepting and await record.body.take_message(message):
                 return "queued"
             if not record.settled:  # ending now: the message starts what follows

@@ -150,15 +150,19 @@ def _adopt_children(session: Session, known: list[_Known]) -> None:
 
 def queued_spawns(rollout: Rollout) -> list[dict[str, Any]]:
     """The spawns a session had queued (DESIGN 3.11) that neither started nor were
-    cancelled before its process ended: each with its id, profile, prompt, call and budget."""
+    cancelled before its process ended: each with its id, profile, prompt, call, budget and
+    the messages sent to it while it waited."""
     waiting: dict[str, dict[str, Any]] = {}
     for event in rollout.events("background_event"):
-        message, queued = event.get("message"), event.get("queued")
+        message, queued, sent = event.get("message"), event.get("queued"), event.get("sent")
         if not isinstance(message, str):
             continue
         words = message.split()
         if message.startswith("queued child session ") and isinstance(queued, dict):
-            waiting[words[3]] = queued
+            waiting[words[3]] = {**queued, "messages": ()}
+        elif message.startswith("message to queued child session ") and isinstance(sent, str):
+            if words[5] in waiting:
+                waiting[words[5]]["messages"] += (sent,)
         elif message.startswith("spawned child session "):
             waiting.pop(words[3], None)
         elif message.startswith("child session "):  # ... cancelled (or ended)
@@ -183,7 +187,7 @@ def requeue(session: Session, rollout: Rollout) -> None:
                 raise ValueError("no prompt or profile")
             session.subsessions.requeue(
                 child_id, session_type, prompt, str(spawn.get("call_id", "")),
-                parse_budget(spawn.get("budget"), "resume"))
+                parse_budget(spawn.get("budget"), "resume"), spawn["messages"])
         except (SubsessionError, ValueError) as exc:
             problems.append(f"queued child {echo(child_id)} ({exc})")
     if problems:
