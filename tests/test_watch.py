@@ -11,11 +11,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from watch_support import Rollout, codex_home, day_folder
+from watch_support import (
+    Rollout,
+    codex_home,
+    day_folder,
+    dead_pid,
+    long_rollout,
+    once_process,
+)
 
 from subsessions.cli import main
 from subsessions.demo import run_demo
 from subsessions.rollouts import read_rollout, rollout_files
+from subsessions.watch.cells import amount
 from subsessions.watch.follower import Follower
 from subsessions.watch.forest import Row, build_rows
 from subsessions.watch.stats import DAMAGED
@@ -152,22 +160,65 @@ def test_an_ended_session_that_is_resumed_runs_again(tmp_path: Path) -> None:
 
 
 def test_a_session_whose_writer_died_is_interrupted(tmp_path: Path) -> None:
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    Rollout(tmp_path, pid=dead.pid).start("work")
+    Rollout(tmp_path, pid=dead_pid()).start("work")
     follower = Follower(str(tmp_path))
     follower.open()
     [only] = rows_of(follower)
     assert only.status == "interrupted"
 
 
+# -- a long rollout ----------------------------------------------------------------------------
+def test_once_reads_a_20_mb_rollout_to_its_end_in_bounded_memory(tmp_path: Path) -> None:
+    session = long_rollout(tmp_path / "big")
+    size = session.path.stat().st_size
+    whole = read_rollout(session.path)  # the whole-file reader: what the row must say
+    counts = whole.events("token_count")
+    total = counts[-1]["info"]["total_token_usage"]
+    calls = [i for i in whole.response_items() if i["type"] == "function_call"]
+    assert whole.status == "completed" and size >= 20 << 20 and len(counts) > 50
+    small = Rollout(tmp_path / "small", pid=dead_pid())
+    small.start("a short one")
+    small.model_call(10, 1)
+    small.complete("done")
+
+    out, peak = once_process(tmp_path / "big")
+    [line] = out.splitlines()[1:]
+    assert line.split()[3:8] == [
+        "completed", str(len(counts)), amount(total["input_tokens"]),
+        amount(total["output_tokens"]), str(len(calls))]
+    assert "!" not in line and line.endswith("every log read")  # no torn last line
+    _, floor = once_process(tmp_path / "small")
+    assert peak - floor < size // 4 // 1024, (peak, floor)  # KiB: streamed, never held whole
+
+
+def test_a_long_rollout_shows_loading_until_caught_up_never_a_false_state(
+    tmp_path: Path,
+) -> None:
+    session = long_rollout(tmp_path)
+    size = session.path.stat().st_size
+    follower = Follower(str(tmp_path))  # the live view's follower: a few MB a poll
+    follower.open()
+    seen = []
+    for _ in range(size // (1 << 20)):
+        [now] = rows_of(follower)
+        seen.append((now.status, now.stats.note(False)))
+        if now.status != "loading":
+            break
+        assert follower.poll()
+    assert seen[0] == ("loading", None) and len(seen) > 2
+    assert set(seen[:-1]) == {("loading", None)}  # never interrupted, never a torn line
+    assert seen[-1] == ("completed", None)
+    assert (now.stats.turns, now.stats.input_tokens, now.stats.last_message) == (
+        len(read_rollout(session.path).events("token_count")), session.tokens[0],
+        "every log read")
+    assert follower.bytes_read == size
+
+
 # -- damaged files ---------------------------------------------------------------------------
 def test_damaged_files_are_marked_and_nothing_crashes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    good = Rollout(tmp_path, pid=dead.pid)
+    good = Rollout(tmp_path, pid=dead_pid())
     good.start("fine so far")
     good.write(b"this is not JSON\n")
     good.model_call(10, 1)

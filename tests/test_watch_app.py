@@ -7,14 +7,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from watch_support import Rollout, day_folder
+from watch_support import Rollout, day_folder, long_rollout
 
 pytest.importorskip("textual", reason="the live view needs the [watch] extra")
 
 from textual.pilot import Pilot
 from textual.widgets import RichLog, Static
 
+from subsessions.rollouts import read_rollout
 from subsessions.watch.app import TranscriptScreen, WatchApp
+from subsessions.watch.cells import amount
 from subsessions.watch.follower import Follower
 from subsessions.watch.table import SessionTable
 
@@ -138,4 +140,28 @@ async def test_damaged_files_show_marked(tmp_path: Path) -> None:
         log = app.screen.query_one(RichLog)
         await until(pilot, lambda: any("not a rollout record" in line.text for line in log.lines))
         await pilot.press("q", "q")
+        await until(pilot, lambda: not app.is_running)
+
+
+async def test_a_long_rollout_catches_up_over_polls_never_shown_interrupted(
+    tmp_path: Path,
+) -> None:
+    session = long_rollout(tmp_path)  # 20 MB, completed, its writer gone; read a few MB a poll
+    turns = len(read_rollout(session.path).events("token_count"))
+    app = app_for(tmp_path)
+    drawn: list[str] = []
+    async with app.run_test(size=SIZE) as pilot:
+
+        def caught_up() -> bool:
+            [line] = shown(app)
+            drawn.append(line)
+            return line.split()[3] != "loading"
+
+        await until(pilot, caught_up)
+        assert {line.split()[3] for line in drawn} <= {"loading", "completed"}
+        assert not any("!" in line for line in drawn)  # a line still to be read is not torn
+        assert drawn[-1].split()[3:7] == [
+            "completed", str(turns), amount(session.tokens[0]), amount(session.tokens[1])]
+        assert drawn[-1].endswith("every log read")
+        await pilot.press("q")
         await until(pilot, lambda: not app.is_running)

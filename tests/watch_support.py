@@ -8,6 +8,10 @@ line lands, which a live engine would not let them do.
 from __future__ import annotations
 
 import os
+import random
+import select
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from subsessions.rollouts.recorder import rollout_path
 from subsessions.rollouts.values import text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "codex"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def stamp() -> str:
@@ -85,6 +90,55 @@ class Rollout:
     def fail(self, message: str) -> None:
         for event in records.failed(self.turn, time.time(), message, None):
             self.add("event_msg", event)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended: a writer that is gone."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    return dead.pid
+
+
+def long_rollout(home: Path, size: int = 20 << 20) -> Rollout:
+    """A completed session of `size` bytes or more, its writer gone (as after a long run):
+    many turns, each a model call, a shell call with a large output and a short answer."""
+    session = Rollout(home, pid=dead_pid())
+    session.start("read every log")
+    noise = random.Random(size)
+    turn = 0
+    while session.path.stat().st_size < size:
+        turn += 1
+        session.model_call(1000 + turn, 100 + turn % 7)
+        session.tool_call("shell", f"log {turn}:\n" + noise.randbytes(150_000).hex())
+        session.message("assistant", f"log {turn} read")
+    session.model_call(900, 40)
+    session.complete("every log read")
+    return session
+
+
+def once_process(home: Path) -> tuple[str, int]:
+    """`subsessions watch --once` as its own process: what it printed, and its peak RSS (KiB)
+    from its own rusage (wait4), so no other child of this process counts."""
+    with open(home.parent / f"{home.name}.out", "w+") as out, \
+            open(home.parent / f"{home.name}.err", "w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "subsessions", "watch", "--once",
+                                 "--home", str(home)], stdout=out, stderr=err,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        pidfd = os.pidfd_open(proc.pid)
+        try:
+            ended, _, _ = select.select([pidfd], [], [], 120)
+        finally:
+            os.close(pidfd)
+        if not ended:
+            proc.kill()
+            proc.wait()
+            raise AssertionError("watch --once did not end within 120 s")
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        assert proc.returncode == 0, err.read()
+        return out.read(), usage.ru_maxrss
 
 
 def day_folder(home: Path) -> Path:

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from subsessions.control.paths import clear_stale
 from subsessions.errors import InvalidArguments, RolloutError, SubsessionError
 from subsessions.watch.cells import plain_table
-from subsessions.watch.follower import Follower
+from subsessions.watch.follower import PER_POLL, Follower
 from subsessions.watch.forest import build_rows
 
 NEEDS_TEXTUAL = ("the live view needs Textual: pip install 'subsessions[watch]' "
@@ -46,7 +46,8 @@ def run_watch(args: argparse.Namespace, home: Path, out: TextIO) -> int:
         raise RolloutError(str(home), "no such directory, so no rollouts "
                            "(--home DIR or $SUBSESSIONS_HOME names the home)")
     clear_stale(home)  # sockets of engines that died (SIGKILL): nobody answers there
-    follower = Follower(str(home), root=args.id, limit=args.limit or None)
+    follower = Follower(str(home), root=args.id, limit=args.limit or None,
+                        per_poll=None if args.once else PER_POLL)  # --once: every file whole
     follower.open()
     if args.once:
         return _once(follower, home, out)

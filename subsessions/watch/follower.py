@@ -9,7 +9,10 @@ no rollout) and a parent's subtree totals are whole.
 
 Each poll costs one `stat` per followed file and a `pread` of the bytes a file
 gained; new files are found by the mtime of the day folders (`sessions/Y/M/D`),
-which changes only when a name is added there.
+which changes only when a name is added there. Bytes are read a chunk at a time
+and folded as they come, so memory stays bounded whatever a file's size; the live
+view reads at most `per_poll` bytes of a file a poll (a huge rollout shows `loading`
+and catches up over polls), `--once` reads every file to its end.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from subsessions.rollouts.index import SummaryIndex
 from subsessions.rollouts.status import writer_alive
 from subsessions.watch.stats import SessionStats
 
-_READ = 8 << 20  # at most this much of one file per poll: a huge rollout catches up over polls
+PER_POLL = 8 << 20  # the live view reads at most this much of one file per poll
+_CHUNK = 1 << 20  # bytes read and folded at a time...
+_LONG_CHUNK = 8 << 20  # ...or this many while a partial line longer than a chunk is held
 _PENDING = 2.0  # seconds a new file may lack its first line before it shows as damaged
 _FOLDERS = 2.0  # seconds between looks for new day folders (today's is looked at every poll)
 _LIVENESS = 1.0  # seconds a writer's liveness is trusted before /proc is read again
@@ -49,6 +54,7 @@ class Follower:
     home: str
     root: str | None = None  # a session id or unique prefix: follow only its tree
     limit: int | None = 50  # top-level sessions in the window; None: every one
+    per_poll: int | None = PER_POLL  # bytes of one file read per poll; None: to its end
     sessions: dict[str, SessionStats] = field(factory=dict)
     hidden: int = 0  # rollouts in the home that are not followed
     bytes_read: int = 0
@@ -63,7 +69,7 @@ class Follower:
     _polls: int = 0
 
     def open(self) -> None:
-        """Find the window and read it whole, once."""
+        """Find the window and read it (up to `per_poll` bytes of each file)."""
         self._folders_at = time.monotonic()
         for folder in day_folders(self.home):  # before the names: a later file shows at a poll
             with contextlib.suppress(OSError):
@@ -158,15 +164,31 @@ class Follower:
             fresh.version = stats.version + 1
             return self._catch_up(fresh) or True
         stats.inode = info.st_ino
+        stats.size = info.st_size
         if info.st_size <= consumed:
             return False
+        end = info.st_size if self.per_poll is None else min(info.st_size,
+                                                              consumed + self.per_poll)
         try:
-            data = read_appended(stats.path, consumed, info.st_size)
+            self._read(stats, consumed, end)
         except OSError as exc:
             return _fail(stats, f"cannot read: {exc.strerror or exc}")
-        self.bytes_read += len(data)
-        stats.feed(data)
         return True
+
+    def _read(self, stats: SessionStats, start: int, end: int) -> None:
+        """Fold the bytes from `start` to `end` into `stats`, a chunk at a time."""
+        fd = os.open(stats.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            while start < end:
+                chunk = _CHUNK if len(stats.torn) < _CHUNK else _LONG_CHUNK  # fewer joins
+                data = os.pread(fd, min(end - start, chunk), start)
+                if not data:
+                    return  # cut meanwhile: the next look reads it anew
+                start += len(data)
+                self.bytes_read += len(data)
+                stats.feed(data)
+        finally:
+            os.close(fd)
 
     def _scan_folders(self, now: float) -> list[RolloutEntry]:
         """Names added to day folders since the last look."""
@@ -224,14 +246,15 @@ class Follower:
 
 def _settled(stats: SessionStats) -> bool:
     event = stats.task_event
-    return event is not None and event.get("type") != "task_started" and not stats.torn
+    return (event is not None and event.get("type") != "task_started" and not stats.torn
+            and not stats.loading)
 
 
 def read_appended(path: str, start: int, size: int) -> bytes:
     """The bytes from `start` up to `size` (at most a few MB at a time), never via a symlink."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
-        return os.pread(fd, min(size - start, _READ), start)
+        return os.pread(fd, min(size - start, PER_POLL), start)
     finally:
         os.close(fd)
 

@@ -4,7 +4,10 @@ The follower hands each file's new bytes here once, in order, so nothing is read
 twice: a line updates counters (model calls, tokens, tool calls), the last task
 event (which decides the status, as `rollouts.status` does) and the last message.
 A file that is not a rollout (empty, no `session_meta` first line) and lines that
-do not parse are kept as a note on the row, never an exception.
+do not parse are kept as a note on the row, never an exception. A file read only in
+part (the live view reads a few MB of one file a poll) is `loading` until the follower
+has caught up with its size: what its first part says (a task started, a line cut
+where the read stopped) is not yet what the file says.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from subsessions.rollouts.summary import NOT_OURS, as_record, parent_of, source_
 from subsessions.rollouts.values import optional_stamp, optional_text, parse_stamp, parts_text
 
 DAMAGED = "damaged"  # the status word of a file that is not a rollout at all
+LOADING = "loading"  # the status word of a file read only in part so far
 EMPTY = "empty file"
 LONGEST = 64 << 20  # a line longer than this is not a rollout's (instructions run to a few MB)
 # Response items that are a tool call, ours and Codex's own kinds.
@@ -36,6 +40,7 @@ class SessionStats:
     path: str
     offset: int = 0  # bytes of whole lines consumed
     torn: bytes = b""  # a partial last line, waiting for its newline
+    size: int = 0  # the file's size at the follower's last look
     inode: int = 0
     version: int = 0  # bumped whenever anything a row shows may have changed
     session_id: str | None = None  # None until the session_meta line is read
@@ -59,6 +64,11 @@ class SessionStats:
     @property
     def has_meta(self) -> bool:
         return self.session_id is not None
+
+    @property
+    def loading(self) -> bool:
+        """Whether bytes the file had at the last look are still to be read."""
+        return self.problem is None and self.offset + len(self.torn) < self.size
 
     def feed(self, data: bytes) -> None:
         """Fold appended bytes; a trailing partial line waits for the rest."""
@@ -157,6 +167,8 @@ class SessionStats:
     def status(self, alive: Alive) -> str:
         """The status word, as `rollouts.status` derives it; `alive` answers (and may cache)
         whether an open task's writer still runs."""
+        if self.loading:
+            return LOADING
         if self.problem is not None or self.session_id is None:
             return DAMAGED
         event = self.task_event
@@ -170,6 +182,8 @@ class SessionStats:
         """What is wrong with the file, if anything: shown marked on its row."""
         if self.problem is not None:
             return self.problem
+        if self.loading:
+            return None  # its last line is cut where the read stopped, not in the file
         if self.session_id is None:
             return "no whole first line" if self.torn else EMPTY
         notes = []

@@ -34,7 +34,7 @@ _STATUS_STYLES = {
     "completed": Style(color="green"), "failed": Style(color="red"),
     "cancelled": Style(color="yellow"), "running": Style(color="cyan", bold=True),
     "interrupted": Style(color="magenta"), "idle": Style(dim=True),
-    "damaged": Style(color="red", bold=True),
+    "damaged": Style(color="red", bold=True), "loading": Style(dim=True, italic=True),
 }
 _PLAIN = Style()
 _SELECTED = Style(reverse=True)
