@@ -8,6 +8,8 @@ test answers it.
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import math
 import re
 from collections.abc import AsyncIterator, Callable
@@ -44,9 +46,11 @@ from subsessions import (
     EngineClosed,
     InvalidArguments,
     ModelRequest,
+    ModelResponse,
     Profile,
     Session,
     SessionConfig,
+    StillRunning,
     SubsessionError,
     Tool,
     UnknownSession,
@@ -252,6 +256,61 @@ async def test_model_error_fails_the_child(
     await engine.close()
     messages = [e.get("message") for e in events(rollout_of(home, parent.session_id))]
     assert f"child session {cid} failed: model exploded" in messages
+
+
+class Exploding:
+    """A model client (our own interface) that raises what is not a model error: every call
+    fails with RuntimeError; a call whose prompt is `slow` first waits for `gate`."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        if first_prompt(request) == "slow":
+            await self.gate.wait()
+        raise RuntimeError("model exploded")
+
+
+async def test_a_model_raising_fails_each_task_once_and_leaves_no_exception_unretrieved(
+    home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child's task, a top-level task its caller stopped waiting for, and a task woken by
+    a child's end, each failed by a model raising RuntimeError: each fails once with the
+    message, and asyncio never reports a task exception that nobody retrieved."""
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    model = Exploding()
+    errors: list[str] = []
+    failed = asyncio.Event()
+
+    def heard(event: Any) -> None:
+        if event.type == "session.error" and event.session_id == root.session_id:
+            errors.append(event.data["message"])
+            failed.set()
+
+    async with Engine(home, model_client=model) as engine:
+        root = await engine.create_session(SessionConfig(custom_agents=(WORKER,),
+                                                         wake_on_child_end=True))
+        root.on(heard)
+        with pytest.raises(StillRunning):
+            await root.send_and_wait("slow", timeout=0.01)
+        model.gate.set()
+        await failed.wait()
+        failed.clear()
+        manager = root.subsessions
+        cid = await manager.spawn_child("worker", "explode")
+        await failed.wait()  # the task its child's end woke (unseen) failed too
+        with pytest.raises(ChildFailed) as caught:
+            await manager.wait_child(cid)
+        assert str(caught.value) == f"session {cid} failed: model exploded"
+        assert manager.info(cid).error == "model exploded"
+    assert errors == ["model exploded", "model exploded"]
+    failure = {"type": "error", "message": "model exploded"}
+    assert terminals(rollout_of(home, cid)) == [failure]
+    assert terminals(rollout_of(home, root.session_id)) == [failure, failure]
+    told = [e.get("message") for e in events(rollout_of(home, root.session_id))]
+    assert told.count(f"child session {cid} failed: model exploded") == 1
+    gc.collect()  # a task whose exception nobody retrieved says so when it is collected
+    assert not [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
 # -- cancelling -------------------------------------------------------------------------
