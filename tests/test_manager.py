@@ -734,6 +734,45 @@ async def test_abort_all_children(parent: Session, script: Script, home: Path) -
     assert await parent.subsessions.wait_child(done) == "answer to quick"
 
 
+@pytest.mark.parametrize("how", ["abort", "caller"])
+async def test_a_cancelled_top_level_task_cancels_its_children_first(
+    home: Path, script: Script, how: str
+) -> None:
+    """`Session.abort()`, or cancelling the caller of `send_and_wait`, while the task waits
+    for the children it spawned: they end cancelled (by their parent, grandchild included)
+    before the cancel reaches the caller, the engine still open."""
+    ids: dict[str, str] = {}
+    script.handlers["child"] = _child_that_waits_on_a_grandchild(ids)
+    script.hold("grandchild", "plain")
+    script.play(PARENT_PROMPT, [
+        lambda outs: [call("create_session", session_type="worker", prompt="child"),
+                      call("create_session", session_type="worker", prompt="plain")],
+        lambda outs: [call("wait_sessions", session_ids=[orjson.loads(o["output"])["session_id"]
+                                                         for o in outs],
+                           mode="all", timeout_ms=FOREVER_MS)],
+    ])
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        task = asyncio.ensure_future(root.send_and_wait(PARENT_PROMPT))
+        await script.started("grandchild", "plain")
+        if how == "abort":
+            assert root.abort() is True
+        else:
+            task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        children = root.subsessions.children()
+        assert [c.status for c in children] == [ChildStatus.CANCELLED] * 2
+        assert sorted(script.cancelled) == ["grandchild", "plain"]  # their model calls
+        assert not engine.closed
+        for sid in [*(c.session_id for c in children), ids["grandchild"]]:
+            [ending] = [e for e in events(rollout_of(home, sid)) if e["type"] == "turn_aborted"]
+            assert (ending["reason"], ending["cancelled_by"]) == ("interrupted", "parent"), sid
+    [ending] = [e for e in events(rollout_of(home, root.session_id))
+                if e["type"] == "turn_aborted"]
+    assert ending["cancelled_by"] == "host"
+
+
 async def test_closing_the_engine_cancels_every_child(home: Path, script: Script) -> None:
     ids: dict[str, str] = {}
     script.handlers["child"] = _child_that_waits_on_a_grandchild(ids)
