@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import time
 from collections.abc import Callable
 
 from attrs import define, field
 
 from subsessions.budget import Budget, left
+from subsessions.clock import clock
 from subsessions.errors import BudgetExhausted
 
 Stop = Callable[[BudgetExhausted], None]
@@ -64,11 +64,11 @@ class Alarms:
             self._timer.cancel()
         self._next = deadline
         self._timer = asyncio.get_running_loop().call_later(
-            max(0.0, deadline - time.monotonic()), self._ring)
+            max(0.0, deadline - clock.monotonic()), self._ring)
 
     def _ring(self) -> None:
         self._timer = self._next = None
-        now = time.monotonic()
+        now = clock.monotonic()
         heap = self._heap
         while heap and heap[0][0] <= now:
             meter = self._armed.pop(heapq.heappop(heap)[1], None)
@@ -93,20 +93,20 @@ class Meter:
     root: Meter = field(init=False)
     tokens: int = field(default=0, init=False)  # reported tokens, descendants' included
     turns: int = field(default=0, init=False)  # model calls (the root's: its whole tree's)
-    started: float = field(init=False)  # time.monotonic()
+    started: float = field(init=False)  # clock.monotonic()
     _alarm: int | None = field(default=None, init=False)  # its alarm's key, while set
 
     def __attrs_post_init__(self) -> None:
         parent = self.parent
         self.root = self if parent is None else parent.root
         self.active = not self.limits.unlimited or (parent is not None and parent.active)
-        self.started = time.monotonic()
+        self.started = clock.monotonic()
 
     def __repr__(self) -> str:
         return f"<Meter {self.limits} tokens={self.tokens} turns={self.turns}>"
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return clock.monotonic() - self.started
 
     def left(self) -> Budget:
         """What is left of this meter's limits (a spent limit is 0)."""
@@ -143,10 +143,10 @@ class Meter:
         return self._highest(0, True, True)
 
     def _highest(
-        self, tokens: int, wants_more: bool, clock: bool
+        self, tokens: int, wants_more: bool, timed: bool
     ) -> tuple[Meter, BudgetExhausted] | None:
         """Add `tokens` up the chain; the highest meter whose limit is reached (turns count
-        for this meter and the root's only, seconds only with `clock`)."""
+        for this meter and the root's only, seconds only when `timed`)."""
         reached: tuple[Meter, BudgetExhausted] | None = None
         root = self.root
         node: Meter | None = self
@@ -158,8 +158,8 @@ class Meter:
             elif (wants_more and limits.max_turns is not None and node.turns >= limits.max_turns
                   and (node is self or node is root)):
                 reached = (node, BudgetExhausted("turns", limits.max_turns))
-            elif clock and limits.max_seconds is not None and (
-                    time.monotonic() - node.started >= limits.max_seconds):
+            elif timed and limits.max_seconds is not None and (
+                    clock.monotonic() - node.started >= limits.max_seconds):
                 reached = (node, BudgetExhausted("seconds", limits.max_seconds))
             node = node.parent
         return reached

@@ -75,14 +75,14 @@ class Runtime:
     _flusher: asyncio.Task[None] | None = field(default=None, init=False)
     _tasks: set[asyncio.Task[Any]] = field(factory=set, init=False)
     # its tasks' done callback: one bound method for all (not one made for every task)
-    _discard: Callable[[asyncio.Task[Any]], None] = field(init=False)
+    _on_end: Callable[[asyncio.Task[Any]], None] = field(init=False)
     _top_tasks: dict[asyncio.Task[Any], str] = field(factory=dict, init=False)
     _phase: Phase = field(default=Phase.OPEN, init=False)
     # its name in the collector's ledger (not id(): an engine dropped unclosed may share one)
     _pace_token: int = field(factory=lambda: next(_pace_tokens), init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._discard = self._tasks.discard
+        self._on_end = self._ended
 
     @property
     def closed(self) -> bool:
@@ -118,10 +118,17 @@ class Runtime:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         tasks = self._tasks
         tasks.add(task)
-        task.add_done_callback(self._discard, context=_BARE)
+        task.add_done_callback(self._on_end, context=_BARE)
         if not len(tasks) % collector.STEP:  # fewer tasks are seen by the flusher
             collector.pacer.follow(self._pace_token, len(tasks))
         return task
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        """Its tasks' done callback: forgotten, and its outcome retrieved (a task's failure is
+        in its rollout and with whoever awaits it: asyncio must not call it unretrieved)."""
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     async def run_owned(self, coro: Coroutine[Any, Any, T], session_id: str = "",
                         timeout: float | None = None) -> T:

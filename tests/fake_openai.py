@@ -31,6 +31,7 @@ __all__ = [
     "CREATED",
     "DEFAULT_USAGE",
     "Call",
+    "Count",
     "FakeOpenAI",
     "Fault",
     "Recorded",
@@ -76,14 +77,26 @@ class Recorded:
         return "chat" if self.path.endswith("/chat/completions") else "responses"
 
 
+Count = int | float | str | None
+"""A count as sent: a server may send any JSON value where a count belongs."""
+
+
 @dataclass(frozen=True)
 class Usage:
-    """Token counts; reported in the units of whichever API is asked."""
+    """Token counts; reported in the units of whichever API is asked, as they are (a count
+    that is not a number is sent too, for a client to cope with)."""
 
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cached_tokens: int = 0
+    input_tokens: Count = 0
+    output_tokens: Count = 0
+    reasoning_tokens: Count = 0
+    cached_tokens: Count = 0
+
+    @property
+    def total_tokens(self) -> Count:
+        counts = (self.input_tokens, self.output_tokens)
+        if all(isinstance(n, int | float) for n in counts):
+            return sum(counts)  # type: ignore[arg-type]
+        return None
 
 
 DEFAULT_USAGE = Usage(input_tokens=10, output_tokens=5)
@@ -132,7 +145,8 @@ class Reply:
         return replace(self, reasoning=reasoning, reasoning_pieces=pieces)
 
     def with_usage(
-        self, input_tokens: int, output_tokens: int, *, reasoning: int = 0, cached: int = 0
+        self, input_tokens: Count, output_tokens: Count, *, reasoning: Count = 0,
+        cached: Count = 0
     ) -> Reply:
         return replace(self, usage=Usage(input_tokens, output_tokens, reasoning, cached))
 
@@ -286,7 +300,7 @@ def _responses_usage(u: Usage) -> Json:
         "input_tokens_details": {"cached_tokens": u.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": u.output_tokens,
         "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
-        "total_tokens": u.input_tokens + u.output_tokens,
+        "total_tokens": u.total_tokens,
     }
 
 
@@ -447,7 +461,7 @@ def _chat_usage(u: Usage | None) -> Json | None:
     return {
         "prompt_tokens": u.input_tokens,
         "completion_tokens": u.output_tokens,
-        "total_tokens": u.input_tokens + u.output_tokens,
+        "total_tokens": u.total_tokens,
         "prompt_tokens_details": {"cached_tokens": u.cached_tokens, "audio_tokens": 0},
         "completion_tokens_details": {
             "reasoning_tokens": u.reasoning_tokens,

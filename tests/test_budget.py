@@ -5,6 +5,7 @@ descendants end the same way, and its last message stays readable."""
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from subsessions import (
     Tool,
 )
 from subsessions.budget import parse_budget
+from subsessions.clock import clock
 from subsessions.config import derive_config
 from subsessions.profiles import parse_profile
 
@@ -244,6 +246,96 @@ async def test_a_childs_turns_are_clamped_to_what_its_parent_has_left(
         assert wait_output["output"] == (
             f"session {minion} failed: budget exhausted: turns limit 2 reached")
     assert terminals(rollout_of(home, minion)) == [limited("turns", "2")]
+
+
+# -- the edges: a limit is reached at exactly its value -----------------------------------------
+class StillClock:
+    """The seconds budgets count in, standing still until a test moves them."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def still(monkeypatch: pytest.MonkeyPatch) -> StillClock:
+    """Put `clock.monotonic` (what meters and their alarms read) at 1000.0 until moved."""
+    standing = StillClock(1000.0)
+    monkeypatch.setattr(clock, "monotonic", standing)
+    return standing
+
+
+async def test_a_child_that_spends_exactly_its_tokens_stops_and_one_token_less_carries_on(
+    home: Path, script: Script
+) -> None:
+    script.play("exact", [lambda outs: ["working", call("noop"), tokens(60, 40)]])
+    script.play("under", [lambda outs: ["working", call("noop"), tokens(60, 39)],
+                          lambda outs: ["done", tokens(0)]])
+    async with Engine(home, model_client=script.model) as engine:
+        manager = (await engine.create_session(config())).subsessions
+        exact = await manager.spawn_child("worker", "exact", budget=Budget(max_tokens=100))
+        under = await manager.spawn_child("worker", "under", budget=Budget(max_tokens=100))
+        with pytest.raises(ChildFailed, match="budget exhausted: tokens limit 100 reached"):
+            await manager.wait_child(exact)
+        assert await manager.wait_child(under) == "done"
+        spent = manager.info(exact).usage
+        assert (spent.total_tokens, spent.turns, spent.tool_calls) == (100, 1, 0)
+        spent = manager.info(under).usage
+        assert (spent.total_tokens, spent.turns, spent.tool_calls) == (99, 2, 1)
+    assert terminals(rollout_of(home, exact)) == [limited("tokens", "100")]
+    assert terminals(rollout_of(home, under))[0]["type"] == "task_complete"
+
+
+async def test_a_child_that_makes_exactly_its_turns_stops_and_one_turn_less_carries_on(
+    home: Path, script: Script
+) -> None:
+    """Both want another call after their second: the one allowed two turns is stopped
+    there, the one allowed three makes its third."""
+    steps = [lambda outs: [call("noop"), tokens(1)], lambda outs: [call("noop"), tokens(1)],
+             lambda outs: ["done", tokens(1)]]
+    script.play("exact", steps)
+    script.play("under", steps)
+    async with Engine(home, model_client=script.model) as engine:
+        manager = (await engine.create_session(config())).subsessions
+        exact = await manager.spawn_child("worker", "exact", budget=Budget(max_turns=2))
+        under = await manager.spawn_child("worker", "under", budget=Budget(max_turns=3))
+        with pytest.raises(ChildFailed, match="budget exhausted: turns limit 2 reached"):
+            await manager.wait_child(exact)
+        assert await manager.wait_child(under) == "done"
+        assert (len(script.seen["exact"]), manager.info(exact).usage.tool_calls) == (2, 1)
+        assert (len(script.seen["under"]), manager.info(under).usage.tool_calls) == (3, 2)
+    assert terminals(rollout_of(home, exact)) == [limited("turns", "2")]
+
+
+async def test_a_task_at_exactly_its_seconds_limit_is_refused_and_a_moment_before_it_runs(
+    home: Path, script: Script, still: StillClock
+) -> None:
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(config(budget=Budget(max_seconds=0.5)))
+        still.now = math.nextafter(1000.5, 0)  # the last moment before its limit
+        assert await root.send_and_wait("before") == "answer to before"
+        still.now = 1000.5
+        with pytest.raises(BudgetExhausted, match=r"budget exhausted: seconds limit 0\.5 reached"):
+            await root.send_and_wait("at")
+        assert "at" not in script.seen  # refused before its model call
+    assert terminals(rollout_of(home, root.session_id))[-1] == limited("seconds", "0.5")
+
+
+async def test_a_childs_clock_rings_at_exactly_its_limit(
+    home: Path, script: Script, still: StillClock
+) -> None:
+    script.hold("slow")
+    async with Engine(home, model_client=script.model) as engine:
+        manager = (await engine.create_session(config())).subsessions
+        cid = await manager.spawn_child("worker", "slow", budget=Budget(max_seconds=0.01))
+        await script.started("slow")
+        still.now = 1000.0 + 0.01  # its alarm's deadline, to the last bit
+        with pytest.raises(ChildFailed, match=r"seconds limit 0\.01 reached"):
+            await manager.wait_child(cid, timeout=5)
+        assert script.cancelled == ["slow"]
+    assert terminals(rollout_of(home, cid)) == [limited("seconds", "0.01")]
 
 
 # -- the tree's budget ------------------------------------------------------------------------

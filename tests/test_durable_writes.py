@@ -20,7 +20,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from scripting import WORKER, Script, spawn_held
+from scripting import script as script  # the fixture
 
+from subsessions import ChildFailed, ChildStatus, Engine, SessionConfig
 from subsessions.errors import RolloutError, UnknownSession
 from subsessions.rollouts import recorder as recorder_module
 from subsessions.rollouts.files import find_rollout, rollout_entries, temporary_name
@@ -312,3 +315,31 @@ def test_a_killed_writers_temporary_file_is_never_listed_and_is_removed_once_sta
     for other in (stale_id, young_id):
         with pytest.raises(UnknownSession):
             find_rollout(home, other)
+
+
+async def test_a_child_whose_ending_never_reached_its_rollout_fails_naming_the_rollout(
+    home: Path, script: Script
+) -> None:
+    """Its answer came, but its file could not take its ending (root or not: the name is a
+    directory now): the child still ends, failed with the rollout's name, never done."""
+    async with Engine(home, model_client=script.model) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        manager = parent.subsessions
+        cid = await spawn_held(parent, script, "job")
+        [child] = manager.tree()
+        await child.flush_durable()  # its first lines are in its file
+        path = Path(manager.info(cid).rollout_path)
+        kept = path.with_name("kept.jsonl")
+        os.replace(path, kept)
+        os.mkdir(path)
+        try:
+            script.answer("job", ["all done"])
+            with pytest.raises(ChildFailed) as failed:
+                await manager.wait_child(cid, timeout=10)
+            assert manager.status(cid) is ChildStatus.FAILED
+            assert failed.value.error.startswith(f"{path}: cannot write rollout: ")
+        finally:
+            os.rmdir(path)
+            os.replace(kept, path)
+    kinds = [r["payload"].get("type") for r in records(path)]
+    assert kinds[0] is None and "task_started" in kinds and "task_complete" not in kinds

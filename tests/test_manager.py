@@ -8,6 +8,8 @@ test answers it.
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import math
 import re
 from collections.abc import AsyncIterator, Callable
@@ -44,9 +46,11 @@ from subsessions import (
     EngineClosed,
     InvalidArguments,
     ModelRequest,
+    ModelResponse,
     Profile,
     Session,
     SessionConfig,
+    StillRunning,
     SubsessionError,
     Tool,
     UnknownSession,
@@ -252,6 +256,61 @@ async def test_model_error_fails_the_child(
     await engine.close()
     messages = [e.get("message") for e in events(rollout_of(home, parent.session_id))]
     assert f"child session {cid} failed: model exploded" in messages
+
+
+class Exploding:
+    """A model client (our own interface) that raises what is not a model error: every call
+    fails with RuntimeError; a call whose prompt is `slow` first waits for `gate`."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        if first_prompt(request) == "slow":
+            await self.gate.wait()
+        raise RuntimeError("model exploded")
+
+
+async def test_a_model_raising_fails_each_task_once_and_leaves_no_exception_unretrieved(
+    home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child's task, a top-level task its caller stopped waiting for, and a task woken by
+    a child's end, each failed by a model raising RuntimeError: each fails once with the
+    message, and asyncio never reports a task exception that nobody retrieved."""
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    model = Exploding()
+    errors: list[str] = []
+    failed = asyncio.Event()
+
+    def heard(event: Any) -> None:
+        if event.type == "session.error" and event.session_id == root.session_id:
+            errors.append(event.data["message"])
+            failed.set()
+
+    async with Engine(home, model_client=model) as engine:
+        root = await engine.create_session(SessionConfig(custom_agents=(WORKER,),
+                                                         wake_on_child_end=True))
+        root.on(heard)
+        with pytest.raises(StillRunning):
+            await root.send_and_wait("slow", timeout=0.01)
+        model.gate.set()
+        await failed.wait()
+        failed.clear()
+        manager = root.subsessions
+        cid = await manager.spawn_child("worker", "explode")
+        await failed.wait()  # the task its child's end woke (unseen) failed too
+        with pytest.raises(ChildFailed) as caught:
+            await manager.wait_child(cid)
+        assert str(caught.value) == f"session {cid} failed: model exploded"
+        assert manager.info(cid).error == "model exploded"
+    assert errors == ["model exploded", "model exploded"]
+    failure = {"type": "error", "message": "model exploded"}
+    assert terminals(rollout_of(home, cid)) == [failure]
+    assert terminals(rollout_of(home, root.session_id)) == [failure, failure]
+    told = [e.get("message") for e in events(rollout_of(home, root.session_id))]
+    assert told.count(f"child session {cid} failed: model exploded") == 1
+    gc.collect()  # a task whose exception nobody retrieved says so when it is collected
+    assert not [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
 # -- cancelling -------------------------------------------------------------------------
@@ -673,6 +732,45 @@ async def test_abort_all_children(parent: Session, script: Script, home: Path) -
             await parent.subsessions.wait_child(cid, timeout=0)
         assert [t["type"] for t in terminals(rollout_of(home, cid))] == ["turn_aborted"]
     assert await parent.subsessions.wait_child(done) == "answer to quick"
+
+
+@pytest.mark.parametrize("how", ["abort", "caller"])
+async def test_a_cancelled_top_level_task_cancels_its_children_first(
+    home: Path, script: Script, how: str
+) -> None:
+    """`Session.abort()`, or cancelling the caller of `send_and_wait`, while the task waits
+    for the children it spawned: they end cancelled (by their parent, grandchild included)
+    before the cancel reaches the caller, the engine still open."""
+    ids: dict[str, str] = {}
+    script.handlers["child"] = _child_that_waits_on_a_grandchild(ids)
+    script.hold("grandchild", "plain")
+    script.play(PARENT_PROMPT, [
+        lambda outs: [call("create_session", session_type="worker", prompt="child"),
+                      call("create_session", session_type="worker", prompt="plain")],
+        lambda outs: [call("wait_sessions", session_ids=[orjson.loads(o["output"])["session_id"]
+                                                         for o in outs],
+                           mode="all", timeout_ms=FOREVER_MS)],
+    ])
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        task = asyncio.ensure_future(root.send_and_wait(PARENT_PROMPT))
+        await script.started("grandchild", "plain")
+        if how == "abort":
+            assert root.abort() is True
+        else:
+            task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        children = root.subsessions.children()
+        assert [c.status for c in children] == [ChildStatus.CANCELLED] * 2
+        assert sorted(script.cancelled) == ["grandchild", "plain"]  # their model calls
+        assert not engine.closed
+        for sid in [*(c.session_id for c in children), ids["grandchild"]]:
+            [ending] = [e for e in events(rollout_of(home, sid)) if e["type"] == "turn_aborted"]
+            assert (ending["reason"], ending["cancelled_by"]) == ("interrupted", "parent"), sid
+    [ending] = [e for e in events(rollout_of(home, root.session_id))
+                if e["type"] == "turn_aborted"]
+    assert ending["cancelled_by"] == "host"
 
 
 async def test_closing_the_engine_cancels_every_child(home: Path, script: Script) -> None:

@@ -15,8 +15,9 @@ class TokenUsage:
 
     `cached_input_tokens` is part of `input_tokens`, `reasoning_output_tokens` part of
     `output_tokens`, as both wire APIs report them. `estimated`: some of it was counted
-    here (`openai_common.estimated_usage`) because the server reported none; a sum with an
-    estimate in it is one too, and says so wherever it is shown (`"estimated": true`)."""
+    here (`openai_common.estimated_usage`) because the server reported none, or none that
+    were counts (`openai_common.reported_usage`); a sum with an estimate in it is one too,
+    and says so wherever it is shown (`"estimated": true`)."""
 
     input_tokens: int = 0
     output_tokens: int = 0

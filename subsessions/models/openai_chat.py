@@ -14,11 +14,12 @@ import openai
 
 from subsessions.errors import MalformedStream
 from subsessions.items import Item, assistant_message, function_call, message_text
-from subsessions.models.base import TOOL_CHOICE_WORDS, ModelRequest, ModelResponse, TokenUsage
+from subsessions.models.base import TOOL_CHOICE_WORDS, ModelRequest
 from subsessions.models.openai_common import (
     END_GRACE,
+    Answer,
+    Counts,
     OpenAIModel,
-    estimated_usage,
     next_event,
     opened_within,
     required,
@@ -100,14 +101,14 @@ class OpenAIChatModel(OpenAIModel):
             arguments["tool_choice"] = _chat_tool_choice(request.tool_choice)
         return arguments
 
-    async def _stream_once(self, arguments: dict[str, Any]) -> ModelResponse:
+    async def _stream_once(self, arguments: dict[str, Any]) -> Answer:
         stream = await opened_within(
             self.client.chat.completions.create(**arguments), self.stream_idle_timeout
         )
         text: list[str] = []
         reasoning: list[str] = []
         calls: dict[int, _Call] = {}
-        usage: TokenUsage | None = None
+        counts: Counts | None = None
         finished = said_anything = False
         async with stream:  # leaving it closes the connection, whether the body ended or not
             iterator = aiter(stream)
@@ -117,13 +118,13 @@ class OpenAIChatModel(OpenAIModel):
                 if not finished:
                     wait = self.stream_idle_timeout
                 else:
-                    wait = self.usage_grace if usage is None else END_GRACE
+                    wait = self.usage_grace if counts is None else END_GRACE
                 chunk = await next_event(iterator, wait, complete=finished)
                 if chunk is None:
                     break
                 said_anything = True
                 if chunk.usage is not None:
-                    usage = _usage(chunk.usage)
+                    counts = _counts(chunk.usage)
                 for choice in chunk.choices or ():
                     delta = choice.delta
                     if delta is not None:
@@ -134,9 +135,9 @@ class OpenAIChatModel(OpenAIModel):
             return await self._unstreamed(arguments)
         if not finished:
             raise Retryable(f"{self.endpoint} ended the stream before a finish_reason")
-        return _response(arguments, text, reasoning, calls, usage)
+        return _items(text, reasoning, calls), counts
 
-    async def _unstreamed(self, arguments: dict[str, Any]) -> ModelResponse:
+    async def _unstreamed(self, arguments: dict[str, Any]) -> Answer:
         """The same request, not streamed, after a stream that ended before its first chunk.
 
         llama.cpp's server fails a stream after its `200` (a chat template error; `tool_choice`
@@ -161,15 +162,7 @@ class OpenAIChatModel(OpenAIModel):
             if choice.message is not None:
                 _take_delta(choice.message, text, reasoning, calls)
         reported = completion.usage
-        return _response(arguments, text, reasoning, calls, reported and _usage(reported))
-
-
-def _response(arguments: dict[str, Any], text: list[str], reasoning: list[str],
-              calls: dict[int, _Call], usage: TokenUsage | None) -> ModelResponse:
-    """The answer, with the usage the server reported, else an estimate."""
-    output = _items(text, reasoning, calls)
-    return ModelResponse(output=output, usage=usage or estimated_usage(arguments, output),
-                         model=arguments["model"])
+        return _items(text, reasoning, calls), None if reported is None else _counts(reported)
 
 
 def _take_delta(
@@ -214,8 +207,10 @@ def _items(text: list[str], reasoning: list[str], calls: dict[int, _Call]) -> tu
     return tuple(items)
 
 
-def _usage(reported: Any) -> TokenUsage:
-    cached = getattr(reported.prompt_tokens_details, "cached_tokens", None)
-    reasoning = getattr(reported.completion_tokens_details, "reasoning_tokens", None)
-    return TokenUsage(reported.prompt_tokens or 0, reported.completion_tokens or 0,
-                      cached or 0, reasoning or 0)
+def _counts(reported: Any) -> Counts:
+    """Chat's usage as sent, whatever it holds (checked by `OpenAIModel`)."""
+    details = getattr(reported, "prompt_tokens_details", None)
+    made = getattr(reported, "completion_tokens_details", None)
+    return (getattr(reported, "prompt_tokens", None),
+            getattr(reported, "completion_tokens", None),
+            getattr(details, "cached_tokens", None), getattr(made, "reasoning_tokens", None))

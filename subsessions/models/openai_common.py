@@ -7,20 +7,29 @@ or stall after the request succeeded, and one policy should cover every case.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
 import openai
 import orjson
-from attrs import evolve
 
 from subsessions.errors import InvalidHistory, ModelError, ModelUnavailable
 from subsessions.items import Item, message_text
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage, estimate_tokens
 from subsessions.models.openai_errors import Endpoint, Retryable, classify
 
+log = logging.getLogger("subsessions")
 T = TypeVar("T")
+MAX_COUNT = 2**40
+"""The most tokens a server's count may say: about 10^12, past any context window by far, and
+low enough that a session's sums stay within the 64-bit integers a rollout holds (orjson's
+limit) for millions of calls."""
+Counts = tuple[Any, Any, Any, Any]
+"""A server's usage as sent: input, output, cached input, reasoning output (any JSON)."""
+Answer = tuple[tuple[Item, ...], Counts | None]
+"""One attempt's output items, and the usage the server reported (None: it reported none)."""
 USAGE_GRACE = 2.0
 """How long Chat's usage chunk is waited for after the finish_reason."""
 END_GRACE = 0.1
@@ -105,6 +114,22 @@ def estimated_usage(arguments: dict[str, Any], output: tuple[Item, ...]) -> Toke
     return TokenUsage(estimate_tokens(sent), estimate_tokens(made), estimated=True)
 
 
+def reported_usage(counts: Counts) -> TokenUsage | None:
+    """The usage a server reported, if every count is a whole number of tokens from 0 to
+    `MAX_COUNT` (cached and reasoning may be absent: 0); else None, for the estimate."""
+    given, made, cached, reasoning = counts
+    numbers = (given, made, 0 if cached is None else cached,
+               0 if reasoning is None else reasoning)
+    if not all(type(n) is int and 0 <= n <= MAX_COUNT for n in numbers):
+        return None
+    return TokenUsage(*numbers)
+
+
+def _shown(counts: Counts) -> str:
+    names = ("input", "output", "cached", "reasoning")
+    return ", ".join(f"{name} {count!r:.40}" for name, count in zip(names, counts, strict=True))
+
+
 class RetryPolicy:
     """Exponential backoff with jitter, honouring Retry-After, at most `max_retries` retries."""
 
@@ -159,7 +184,7 @@ class OpenAIModel:
 
     A subclass turns a request into the call's arguments in `_arguments` (once per
     model: a history it cannot send fails before any request) and streams one attempt
-    in `_stream_once`.
+    in `_stream_once`: its output and the counts the server sent, checked here.
     """
 
     wire_api: ClassVar[str]
@@ -179,6 +204,7 @@ class OpenAIModel:
         self.retry = retry or RetryPolicy()
         self.stream_idle_timeout = stream_idle_timeout
         self.max_output_tokens = max_output_tokens  # each call's cap; None: the server's
+        self._doubted: set[str] = set()  # sessions told that their server's usage was unusable
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.endpoint}>"
@@ -192,11 +218,25 @@ class OpenAIModel:
     async def _respond_as(self, request: ModelRequest, model: str) -> ModelResponse:
         arguments = self._arguments(request, model)
 
-        async def attempt() -> ModelResponse:
+        async def attempt() -> Answer:
             return await self._stream_once(arguments)
 
-        response = await self.retry.run(attempt, self.endpoint)
-        return evolve(response, output=valid_unicode(response.output))
+        output, counts = await self.retry.run(attempt, self.endpoint)
+        usage = None if counts is None else self._usage(request.session_id, counts)
+        return ModelResponse(output=valid_unicode(output),
+                             usage=usage or estimated_usage(arguments, output), model=model)
+
+    def _usage(self, session_id: str, counts: Counts) -> TokenUsage | None:
+        """What the server reported, checked here for both wire APIs: counts that are not
+        counts (negative, huge, text, fractions, null) are dropped for the estimate, with one
+        warning per session; a task that was answered is never failed by its usage."""
+        usage = reported_usage(counts)
+        if usage is None and session_id not in self._doubted:
+            self._doubted.add(session_id)
+            log.warning("%s reported token usage that is not whole numbers from 0 to 2**40 "
+                        "(%s): session %s counts estimates instead", self.endpoint,
+                        _shown(counts), session_id)
+        return usage
 
     @property
     def usage_grace(self) -> float:
@@ -205,5 +245,5 @@ class OpenAIModel:
     def _arguments(self, request: ModelRequest, model: str) -> dict[str, Any]:
         raise NotImplementedError
 
-    async def _stream_once(self, arguments: dict[str, Any]) -> ModelResponse:
+    async def _stream_once(self, arguments: dict[str, Any]) -> Answer:
         raise NotImplementedError

@@ -6,11 +6,12 @@ from typing import Any
 
 from subsessions.errors import MalformedStream, ModelError
 from subsessions.items import Item, assistant_message, function_call
-from subsessions.models.base import TOOL_CHOICE_WORDS, ModelRequest, ModelResponse, TokenUsage
+from subsessions.models.base import TOOL_CHOICE_WORDS, ModelRequest
 from subsessions.models.openai_common import (
     END_GRACE,
+    Answer,
+    Counts,
     OpenAIModel,
-    estimated_usage,
     next_event,
     opened_within,
     required,
@@ -89,12 +90,12 @@ class OpenAIResponsesModel(OpenAIModel):
                                         else {"type": "function", "name": choice})
         return arguments
 
-    async def _stream_once(self, arguments: dict[str, Any]) -> ModelResponse:
+    async def _stream_once(self, arguments: dict[str, Any]) -> Answer:
         stream = await opened_within(
             self.client.responses.create(**arguments), self.stream_idle_timeout
         )
         items: list[Item] = []
-        usage: TokenUsage | None = None
+        counts: Counts | None = None
         completed = False
         async with stream:  # leaving it closes the connection, whether the body ended or not
             iterator = aiter(stream)
@@ -114,7 +115,7 @@ class OpenAIResponsesModel(OpenAIModel):
                 elif kind in ("response.completed", "response.incomplete"):
                     response = event.response
                     if response.usage is not None:
-                        usage = _usage(response.usage)
+                        counts = _counts(response.usage)
                     if not items:  # a server that only reports the final response
                         for raw in response.output:
                             item = from_responses_output(raw.model_dump(mode="json"))
@@ -125,9 +126,7 @@ class OpenAIResponsesModel(OpenAIModel):
                     raise ModelError(f"{self.provider} reported an error: {_event_error(event)}")
         if not completed:
             raise Retryable(f"{self.endpoint} ended the stream before response.completed")
-        output = tuple(items)
-        return ModelResponse(output=output, usage=usage or estimated_usage(arguments, output),
-                             model=arguments["model"])
+        return tuple(items), counts
 
 
 def _event_error(event: Any) -> str:
@@ -138,8 +137,9 @@ def _event_error(event: Any) -> str:
     return str(getattr(event, "message", "") or event)
 
 
-def _usage(reported: Any) -> TokenUsage:
-    cached = getattr(reported.input_tokens_details, "cached_tokens", None)
-    reasoning = getattr(reported.output_tokens_details, "reasoning_tokens", None)
-    return TokenUsage(reported.input_tokens or 0, reported.output_tokens or 0,
-                      cached or 0, reasoning or 0)
+def _counts(reported: Any) -> Counts:
+    """Responses' usage as sent, whatever it holds (checked by `OpenAIModel`)."""
+    details = getattr(reported, "input_tokens_details", None)
+    made = getattr(reported, "output_tokens_details", None)
+    return (getattr(reported, "input_tokens", None), getattr(reported, "output_tokens", None),
+            getattr(details, "cached_tokens", None), getattr(made, "reasoning_tokens", None))
