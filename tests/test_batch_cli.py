@@ -211,7 +211,7 @@ async def test_sigterm_cancels_the_running_items_journals_them_and_says_how_to_r
     assert process.returncode == 128 + signal.SIGTERM
     [journal] = (home / "batches").glob("*.jsonl")
     assert out.decode() == (f"batch {journal.stem} interrupted: 0/5 completed; resume with: "
-                            f"subsessions batch --resume {journal.stem}\n")
+                            f"subsessions --home {home} batch --resume {journal.stem}\n")
     endings = [r for r in records(journal)[1:] if r["type"] == "item"]
     assert sorted((r["item"], r["status"]) for r in endings) == [(2, "cancelled"),
                                                                   (3, "cancelled")]

@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from subsessions.batch import planning, progress
 from subsessions.batch.runner import Batch, BatchResult
@@ -22,14 +24,20 @@ from subsessions.budget import Budget
 from subsessions.config import SessionConfig
 from subsessions.control import CONTROL_HELP
 from subsessions.engine import Engine
-from subsessions.errors import BatchError, UnknownSessionType
+from subsessions.errors import BatchError, ConfigError, UnknownSessionType
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import load_profiles
 from subsessions.ray.backend import backend_from
-from subsessions.settings import Settings
+from subsessions.settings import Settings, default_home, with_overrides
+from subsessions.tools.context import SANDBOX_MODES
 
 Guard = Callable[[Awaitable[BatchResult]], Coroutine[Any, Any, tuple[BatchResult | None, int]]]
 BAR_SECONDS = 0.2
+# What a batch's journal keeps of its command line for `--resume` (never a key), by type
+KEPT: dict[str, type] = {"model": str, "base_url": str, "wire_api": str, "api_key_env": str,
+                         "max_depth": int, "max_children": int, "ray": str, "sandbox": str,
+                         "network": bool}
+DEFAULT_SANDBOX = "workspace-write"
 
 
 def add_batch_command(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -39,12 +47,14 @@ def add_batch_command(commands: Any, parents: list[argparse.ArgumentParser]) -> 
         description="Runs PROFILE once per item of INPUT (.csv with a header row, or .jsonl), "
         "the prompt a template over the item's fields ({column}; {{ and }} for braces), at "
         "most --concurrency at once, and writes one line per item to --out (.jsonl or .csv). "
-        "Journaled under HOME/batches/: --resume BATCH_ID runs only the items that did not "
-        "complete, with the limits given then. Exit 0 when every item completed.")
+        "Journaled under HOME/batches/ with its model options (never a key): --resume "
+        "BATCH_ID runs only the items that did not complete, with the limits given then. "
+        "Exit 0 when every item completed.")
     batch.add_argument("input", nargs="?", help="a .csv or .jsonl file")
     batch.add_argument("--profile", help="the profile every item's sub-session starts from")
     batch.add_argument("--prompt", help="the prompt template, e.g. 'Summarise {title}'")
-    batch.add_argument("--out", help="where results go: .jsonl or .csv (replaced)")
+    batch.add_argument("--out", help="where results go: .jsonl or .csv (a new file)")
+    batch.add_argument("--force", action="store_true", help="replace --out if it exists")
     batch.add_argument("--concurrency", type=int, help="sub-sessions at once (default 16)")
     batch.add_argument("--budget-turns", type=int, metavar="N", help="model calls per item")
     batch.add_argument("--budget-tokens", type=int, metavar="N", help="tokens per item")
@@ -95,14 +105,21 @@ def run_batch_command(args: argparse.Namespace, home: Path, settings: Settings, 
         batch = planning.plan(
             home, args.profile, args.input, args.prompt, args.out,
             max_concurrency=concurrency or 16, budget=budget, cwd=cwd,
-            workspace=None if args.sandbox == "danger-full-access" else cwd)
-    config = SessionConfig(
-        max_depth=settings.max_depth, max_children=max(settings.max_children,
-                                                       batch.max_concurrency),
-        max_queued=settings.max_queued,
-        builtin_tools=True, env_policy=settings.env_policy, cwd=str(cwd),
-        sandbox=args.sandbox, approval="never", network_access=args.network,
-        control=args.control)
+            workspace=None if args.sandbox == "danger-full-access" else cwd,
+            replace=args.force, options=_options(args))
+    try:
+        if args.resume is not None:
+            settings = _resumed(args, settings, batch)
+        config = SessionConfig(
+            max_depth=settings.max_depth, max_children=max(settings.max_children,
+                                                           batch.max_concurrency),
+            max_queued=settings.max_queued,
+            builtin_tools=True, env_policy=settings.env_policy, cwd=str(cwd),
+            sandbox=args.sandbox, approval="never", network_access=args.network,
+            control=args.control)
+    except BaseException:
+        batch.close()
+        raise
     err = sys.stderr
     err.write(f"subsessions batch {batch.batch_id}: {batch.counters.total} items, "
               f"{batch.journal.completed} completed before; journal {batch.journal.path}\n")
@@ -111,13 +128,50 @@ def run_batch_command(args: argparse.Namespace, home: Path, settings: Settings, 
     try:
         result, signum = asyncio.run(guard(_run(batch, home, settings, config, display)))
     except KeyboardInterrupt:
-        out.write(_interrupted(batch))
+        out.write(_interrupted(batch, home))
         return 130
     if signum or result is None:
-        out.write(_interrupted(batch))
+        out.write(_interrupted(batch, home))
         return 128 + signum
-    out.write(summary(result))
+    out.write(summary(result, home))
     return 0 if result.completed == result.total else 1
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """What a new batch's journal keeps of the command line for `--resume`: its model
+    options (an API key's variable name at most; a base URL carrying credentials is not
+    kept) and the sandbox its children run in."""
+    kept = {name: getattr(args, name) for name in KEPT if name not in (
+        "sandbox", "network") and getattr(args, name) is not None}
+    url = urlsplit(kept.get("base_url", ""))
+    if url.username is not None or url.password is not None or url.query:
+        del kept["base_url"]
+    return {**kept, "sandbox": args.sandbox, "network": args.network}
+
+
+def _resumed(args: argparse.Namespace, settings: Settings, batch: Batch) -> Settings:
+    """The settings (and `args`' sandbox) of a resume: its journal's options, under those
+    given again on the command line."""
+    kept: dict[str, Any] = batch.journal.header.get("options", {})
+    for name, value in kept.items():
+        if name in KEPT and value is not None and _unfit(name, value):
+            raise batch.journal.damaged(1, f"its option {name} is {value!r}")
+    if args.sandbox == DEFAULT_SANDBOX and "sandbox" in kept:
+        args.sandbox = kept["sandbox"]
+    args.network = args.network or kept.get("network") is True
+    again = {name: kept.get(name) for name in KEPT if name not in ("sandbox", "network")
+             and getattr(args, name) is None}
+    try:
+        return with_overrides(settings, **again)
+    except ConfigError as exc:  # the command line's own were checked before
+        raise batch.journal.damaged(1, f"its options: {exc}") from None
+
+
+def _unfit(name: str, value: Any) -> bool:
+    if type(value) is not KEPT[name]:
+        return True
+    return (isinstance(value, int) and value < 0) or (name == "sandbox"
+                                                      and value not in SANDBOX_MODES)
 
 
 async def _run(batch: Batch, home: Path, settings: Settings, config: SessionConfig,
@@ -138,18 +192,27 @@ async def _run(batch: Batch, home: Path, settings: Settings, config: SessionConf
         if shown is not None:
             shown.cancel()
             await asyncio.wait((shown,))
+            if not shown.cancelled():
+                shown.exception()  # taken: a display that failed does not fail the batch
         await client.aclose()
 
 
-def summary(result: BatchResult) -> str:
+def summary(result: BatchResult, home: Path) -> str:
     text = (f"batch {result.batch_id}: {result.completed}/{result.total} completed, "
             f"{result.failed} failed, {result.cancelled} cancelled; output {result.output_path}")
     if result.completed < result.total:
-        text += f"; resume with: subsessions batch --resume {result.batch_id}"
+        text += f"; resume with: {resume_command(result.batch_id, home)}"
     return text + "\n"
 
 
-def _interrupted(batch: Batch) -> str:
+def _interrupted(batch: Batch, home: Path) -> str:
     c = batch.counters
     return (f"batch {batch.batch_id} interrupted: {c.completed}/{c.total} completed; resume "
-            f"with: subsessions batch --resume {batch.batch_id}\n")
+            f"with: {resume_command(batch.batch_id, home)}\n")
+
+
+def resume_command(batch_id: str, home: Path) -> str:
+    """The command that resumes the batch as printed (its home named unless the default)."""
+    where = os.path.abspath(home)
+    named = "" if where == os.path.abspath(default_home()) else f" --home {shlex.quote(where)}"
+    return f"subsessions{named} batch --resume {batch_id}"

@@ -1,13 +1,15 @@
 """A batch's output file: one line per item in the order items end, JSONL or CSV.
 
 JSONL lines are `{"item", "status", "result", "error", "session_id", "usage"}`; a CSV has
-the input's columns (a JSONL input's: the fields the prompt names) and then those. A
+the input's columns (a JSONL input's: the fields the prompt names) and then those, each
+cell that a spreadsheet would run as a formula written as text (a leading `'`). A
 resume rebuilds the file from the journal (completed items only, written to a temporary
 file and renamed over it), so each item ends up with exactly one line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -20,8 +22,12 @@ from attrs import define
 
 from subsessions.batch.source import Format
 from subsessions.errors import BatchError
+from subsessions.rollouts.files import temporary_name
 
 OURS = ("item", "status", "result", "error", "session_id", "usage")
+# OWASP's CSV injection rule (CWE-1236): a cell starting so is a formula to a spreadsheet
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_HELD_LINES = 4096  # lines of a rebuilt output written at once
 
 
 @define(eq=False)
@@ -55,23 +61,38 @@ class Output:
 
     def start(self, previous: Iterable[str] = ()) -> None:
         """Write the file afresh (a CSV's header, then `previous` lines) and keep it open
-        for appending."""
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        for appending. It is written under a temporary name in its folder, made the way a
+        rollout is (a new name, exclusive, never through a symlink), then renamed over it."""
+        temporary = temporary_name(str(self.path))
         try:
-            with open(temporary, "w", encoding="utf-8", newline="") as file:
-                if self.format == "csv":
-                    file.write(_csv_line([*self.columns, *OURS]))
-                for line in previous:
-                    file.write(line)
-            os.replace(temporary, self.path)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
-                               | os.O_NOFOLLOW)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_APPEND | os.O_CLOEXEC, 0o666)
         except OSError as exc:
-            temporary.unlink(missing_ok=True)
             raise BatchError(f"output {self.path} cannot be written: {exc.strerror}") from None
+        try:
+            held = [_csv_line([*self.columns, *OURS])] if self.format == "csv" else []
+            for line in previous:
+                held.append(line)
+                if len(held) >= _HELD_LINES:
+                    write_all(fd, "".join(held).encode())
+                    held.clear()
+            write_all(fd, "".join(held).encode())
+            os.replace(temporary, self.path)
+        except BaseException as exc:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            if isinstance(exc, OSError):
+                raise BatchError(f"output {self.path} cannot be written: {exc.strerror}") from None
+            raise
+        self._fd = fd
 
     def append(self, line: str) -> None:
-        write_all(self._fd, line.encode())
+        try:
+            write_all(self._fd, line.encode())
+        except OSError as exc:
+            raise BatchError(f"output {self.path} cannot be written: {exc.strerror}; the batch "
+                             "stops (its journal has every ending)") from None
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -92,6 +113,10 @@ def _cell(value: Any) -> str:
 
 
 def _csv_line(values: list[str]) -> str:
+    """One CSV row, ended by `\n`; a cell a spreadsheet would take for a formula gets a
+    leading `'`. Written with `\r\n` as the terminator, the one way `csv` quotes a cell
+    holding a lone `\r` (a reader's line break), which is then cut back to `\n`."""
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow(values)
-    return buffer.getvalue()
+    csv.writer(buffer, lineterminator="\r\n").writerow(
+        "'" + value if value.startswith(FORMULA_STARTS) else value for value in values)
+    return buffer.getvalue()[:-2] + "\n"

@@ -12,6 +12,7 @@ import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from subsessions.batch.journal import Journal
 from subsessions.batch.output import Output
@@ -75,8 +76,12 @@ def plan(
     home: Path, session_type: str, input_path: str | os.PathLike[str], prompt: str,
     output_path: str | os.PathLike[str], *, max_concurrency: int = 16,
     budget: Budget | None = None, cwd: Path, workspace: Path | None = None,
+    replace: bool = True, options: dict[str, Any] | None = None,
 ) -> Batch:
-    """A new batch, checked whole; nothing runs and nothing is written on a refusal."""
+    """A new batch, checked whole; nothing runs and nothing is written on a refusal. With a
+    workspace, the engine's home is off limits to the output, as to every write of the
+    sandbox; without `replace`, so is an existing file. `options` (a CLI batch's model
+    options, never a key) are kept in the journal for `--resume`."""
     if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or (
             max_concurrency < 1):
         raise BatchError("max_concurrency must be a whole number of at least 1")
@@ -88,6 +93,12 @@ def plan(
         raise BatchError(f"output {output_path} is the input itself; name another file")
     if not target.parent.is_dir():
         raise BatchError(f"output {output_path}: folder {target.parent} does not exist")
+    if workspace is not None and target.is_relative_to(os.path.realpath(home)):
+        raise BatchError(f"output {output_path} is in the engine's home {home}, which stays "
+                         "read-only in the sandbox")
+    if not replace and os.path.lexists(target):
+        raise BatchError(f"output {output_path} exists already; name another file, or pass "
+                         "--force to replace it")
     scanned = scan(source)
     _check_fields(scanned, template)
     output = Output.plan(target, output_format, scanned.columns or template.fields)
@@ -95,7 +106,8 @@ def plan(
               "input_path": str(source), "input_sha256": scanned.sha256,
               "total": scanned.total, "prompt": prompt, "output_path": str(target),
               "max_concurrency": max_concurrency,
-              "budget": None if budget is None else budget.as_dict()}
+              "budget": None if budget is None else budget.as_dict(),
+              "options": dict(options or {})}
     journal = Journal.create(home, header)
     return Batch(journal, scanned, template, output, session_type, max_concurrency, budget)
 
@@ -103,15 +115,18 @@ def plan(
 def reopen(home: Path, batch_id: str, *, max_concurrency: int | None = None,
            budget: Budget | None = None) -> Batch:
     """A batch to resume: its journal's options, with new limits where given. Its input
-    must be the very file it was made from."""
+    must be the very file it was made from. Nothing is written to the journal until the
+    batch runs, so a refusal made after this one leaves it as it was too."""
     journal = Journal.open(home, batch_id)
     try:
         header = journal.header
         source = Path(header["input_path"])
-        scanned = scan(source)
+        starts = bytearray()
+        scanned = scan(source, starts)
         if scanned.sha256 != header["input_sha256"]:
             raise BatchError(f"batch {batch_id} was made from another {source} (its SHA-256 "
                              "differs); start a new batch for this input")
+        journal.load(starts, scanned.total)
         template = Template.parse(header["prompt"])
         target = Path(header["output_path"])
         output = Output.plan(target, format_of(target, "output"),
@@ -119,8 +134,6 @@ def reopen(home: Path, batch_id: str, *, max_concurrency: int | None = None,
         concurrency = max_concurrency or int(header["max_concurrency"])
         if budget is None and header["budget"] is not None:
             budget = Budget(**header["budget"])
-        journal.resumed({"max_concurrency": concurrency,
-                         "budget": None if budget is None else budget.as_dict()})
     except BaseException:
         journal.close()
         raise

@@ -117,6 +117,9 @@ class Batch:
         """Run every item without a completed ending; the journal and output are closed
         at the end, whatever ends it."""
         try:
+            if self.resuming:
+                self.journal.resumed({"max_concurrency": self.max_concurrency, "budget": None
+                                      if self.budget is None else self.budget.as_dict()})
             self.output.start(self.journal.completed_outputs() if self.resuming else ())
             self.counters.skipped = self.counters.completed = self.journal.completed
             self._slots = asyncio.Semaphore(self.max_concurrency)
@@ -257,9 +260,19 @@ class Batch:
                 await asyncio.wait([*self._running.values(), *stopping])
             except asyncio.CancelledError:
                 interrupted = True
+            for task in stopping:
+                if task.done():
+                    self._retrieve(task)
             stopping = [task for task in stopping if not task.done()]
         if interrupted:
             raise asyncio.CancelledError
+
+    def _retrieve(self, task: asyncio.Task[None]) -> None:
+        """A finished task's outcome, taken (asyncio logs one never taken): an error stops
+        the batch, as one recording an ending does."""
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, Exception) and self._error is None:
+            self._error = error
 
 
 async def _stop(host: BatchHost, child: str) -> None:

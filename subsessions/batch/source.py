@@ -12,6 +12,7 @@ import codecs
 import csv
 import hashlib
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from subsessions.errors import BatchError
 Format = Literal["csv", "jsonl"]
 _CHUNK = 1 << 20
 _FORMATS: dict[str, Format] = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+ITEM = 1  # in `scan`'s `starts`: an item starts on this line
 
 
 @frozen
@@ -51,42 +53,66 @@ def format_of(path: Path, role: str) -> Format:
     return found
 
 
-def scan(path: Path) -> Scan:
-    """Check the whole file and count its items (two streaming passes)."""
+def scan(path: Path, starts: bytearray | None = None) -> Scan:
+    """Check the whole file and count its items (two streaming passes). With `starts`, it
+    becomes one byte per line of the file, ITEM where an item starts (what a journal's
+    endings are checked against: its size is the input's, never a number a journal gave)."""
     kind = format_of(path, "input")
-    digest, tail = _bytes_pass(path)
+    digest, lines, torn = _bytes_pass(path)
+    if starts is not None:
+        starts[:] = bytes(lines + 1)
     total = 0
-    columns: tuple[str, ...] | None = None
-    if kind == "csv":
-        reader = CsvItems(path, torn_tail=bool(tail))
-        for _ in reader:
-            total += 1
-        columns = reader.columns
-    else:
-        for item in jsonl_items(path):
-            total += 1
-            if tail and item.problem is not None and item.line == tail:
-                raise BatchError(f"input {path}: its last line ({tail}) is torn (no newline at "
-                                 "the end and not a whole record); complete or remove it")
-    return Scan(path, kind, digest, total, columns)
+    reader = CsvItems(path, torn_tail=torn) if kind == "csv" else None
+    for item in jsonl_items(path) if reader is None else reader:
+        total += 1
+        if starts is not None:
+            starts[item.line] = ITEM
+        if reader is None and torn and item.problem is not None and item.line == lines:
+            raise BatchError(f"input {path}: its last line ({lines}) is torn (no newline at "
+                             "the end and not a whole record); complete or remove it")
+    return Scan(path, kind, digest, total, None if reader is None else reader.columns)
 
 
-def _bytes_pass(path: Path) -> tuple[str, int]:
-    """The file's SHA-256, checked as UTF-8; and the number of its last line when that
-    line has no newline at its end (0 when it has)."""
+def open_input(path: Path) -> int:
+    """A read-only descriptor of the input. Anything but a regular file (a FIFO, a device, a
+    folder) is refused before it is opened: opening a FIFO waits for a writer, reading a
+    device may never end. Opened without waiting and checked again, in case it was swapped."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        info = os.stat(path)
     except FileNotFoundError:
         raise BatchError(f"input {path} does not exist") from None
     except OSError as exc:
         raise BatchError(f"input {path} cannot be read: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_a_file(path, info.st_mode)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise BatchError(f"input {path} cannot be read: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _not_a_file(path, mode)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _not_a_file(path: Path, mode: int) -> BatchError:
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+            if stat.S_ISSOCK(mode) else "not a file")
+    return BatchError(f"input {path} is {kind}, not a regular file; name a .csv or .jsonl file")
+
+
+def _bytes_pass(path: Path) -> tuple[str, int, bool]:
+    """The file's SHA-256, checked as UTF-8; its number of lines; and whether its last line
+    has no newline at its end."""
+    fd = open_input(path)
     digest = hashlib.sha256()
     decoder = codecs.getincrementaldecoder("utf-8")()
     lines = 0
     last = b"\n"
     with os.fdopen(fd, "rb") as file:
-        if not os.path.isfile(path):
-            raise BatchError(f"input {path} is not a file")
         while chunk := file.read(_CHUNK):
             digest.update(chunk)
             try:
@@ -102,12 +128,13 @@ def _bytes_pass(path: Path) -> tuple[str, int]:
         except UnicodeDecodeError:
             raise BatchError(f"input {path} is not UTF-8 text (line {lines + 1}); its last "
                              "character is cut") from None
-    return digest.hexdigest(), (0 if last == b"\n" else lines + 1)
+    torn = last != b"\n"
+    return digest.hexdigest(), lines + torn, torn
 
 
 def jsonl_items(path: Path) -> Iterator[Item]:
     """Each non-blank line as an item; one that is not a JSON object is a bad item."""
-    with open(path, "rb") as file:
+    with os.fdopen(open_input(path), "rb") as file:
         for number, raw in enumerate(file, 1):
             if not raw.strip():
                 continue
@@ -133,7 +160,7 @@ class CsvItems:
 
     def __iter__(self) -> Iterator[Item]:
         path = self.path
-        with open(path, encoding="utf-8-sig", newline="") as file:
+        with open(open_input(path), encoding="utf-8-sig", newline="") as file:
             reader = csv.reader(file, strict=True)
             header = self._header(reader)
             width = len(header)
@@ -175,7 +202,7 @@ class CsvItems:
 
 
 def _is_last_line(path: Path, line: int) -> bool:
-    with open(path, "rb") as file:
+    with os.fdopen(open_input(path), "rb") as file:
         return sum(1 for _ in file) <= line
 
 
