@@ -235,8 +235,6 @@ async def test_a_model_client_raising_fails_its_item_once_with_its_message(
     await model_client_raising(parent, script, home)
 
 
-@pytest.mark.xfail(strict=True, reason="the child's own task (subsessions/task.py, the engine's "
-                   "task path: issue 35 item 9, fixed on another branch) still logs it")
 async def test_a_model_client_raising_leaves_no_task_exception_unretrieved(
         parent: Session, script: Script, home: Path, caplog: pytest.LogCaptureFixture) -> None:
     await model_client_raising(parent, script, home)
