@@ -30,6 +30,7 @@ from subsessions.models.factory import build_model_client
 from subsessions.serve.connection import Connection
 from subsessions.serve.framing import READ_AHEAD, FramingError
 from subsessions.serve.peer import Peer
+from subsessions.serve.stdio import stdio_streams
 from subsessions.settings import Settings
 
 TOKEN_ENV = "COPILOT_CONNECTION_TOKEN"
@@ -115,13 +116,8 @@ async def _main(home: Path, settings: Settings, out: int, port: int | None) -> i
 
 
 async def _serve_stdio(engine: Engine, settings: Settings, out: int, finish: Finish) -> None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=READ_AHEAD)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, os.fdopen(out, "wb", buffering=0))
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    await _serve_one(Peer(reader, writer), engine, settings, None, finish)
+    async with stdio_streams(sys.stdin.fileno(), out) as (reader, writer):
+        await _serve_one(Peer(reader, writer), engine, settings, None, finish)
     finish(0)  # the host closed stdin
 
 
