@@ -1,6 +1,7 @@
-"""A test skipped for a missing Python package says which extra brings it (issue 35, item 13):
-each `pytest.importorskip(module, reason=...)` in the tests names `pip install
-'subsessions[EXTRA]'`, and that extra requires the distribution the module comes from."""
+"""What pyproject.toml promises a new user (issue 35, item 13): its build requirement admits
+no setuptools that cannot read its metadata, and a test skipped for a missing Python package
+names the extra that brings it (each `pytest.importorskip(module, reason=...)` says
+`pip install 'subsessions[EXTRA]'`, and that extra requires the module's distribution)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
+PYPROJECT = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())
+# setuptools reads a PEP 639 license expression (`license = "MIT"`) from 77.0 on; 76.1.0 refuses
+# it ("`project.license` must be valid exactly by one definition"), as 68 does.
+LICENSE_EXPRESSIONS_FROM = 77
 INSTALL = re.compile(r"pip install 'subsessions\[([\w,-]+)\]'")
 
 
@@ -36,10 +41,9 @@ def skips() -> list[tuple[str, str, str | None]]:
 
 def extras() -> dict[str, set[str]]:
     """Each extra of pyproject.toml, as the canonical names of the distributions it requires."""
-    declared = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())
     return {extra: {canonical(re.match(r"[\w.-]+", requirement)[0])  # type: ignore[index]
                     for requirement in requirements}
-            for extra, requirements in declared["project"]["optional-dependencies"].items()}
+            for extra, requirements in PYPROJECT["project"]["optional-dependencies"].items()}
 
 
 def distributions_of(module: str, packages: Mapping[str, list[str]]) -> set[str]:
@@ -66,3 +70,12 @@ def test_every_importorskip_names_the_extra_that_brings_its_module() -> None:
             wrong.append(f"{where}: {module} comes from {sorted(provided)}, not from "
                          f"[{named[1]}]")
     assert wrong == []
+
+
+def test_the_build_requirement_admits_only_a_setuptools_that_reads_the_license() -> None:
+    assert isinstance(PYPROJECT["project"]["license"], str)  # an SPDX expression (PEP 639)
+    [setuptools] = [r for r in PYPROJECT["build-system"]["requires"]
+                    if canonical(r).startswith("setuptools")]
+    lowest = re.fullmatch(r"setuptools\s*>=\s*(\d+)(?:\.\d+)*", setuptools)
+    assert lowest is not None, setuptools
+    assert int(lowest[1]) >= LICENSE_EXPRESSIONS_FROM, setuptools
