@@ -39,7 +39,9 @@ async def serve(home: Path, fake: FakeOpenAI, cwd: Path, stdin: Any, stdout: Any
 
 
 def opened(path: Path, mode: str) -> IO[bytes]:
-    path.touch()
+    """`path` (made, empty, if missing) opened for the runtime's stdin or stdout."""
+    if not path.exists():
+        path.touch()
     return path.open(mode)  # type: ignore[return-value]
 
 
@@ -88,3 +90,20 @@ async def test_output_to_a_regular_file_gets_every_answer(
     assert answers[0]["result"]["ok"] is True
     assert answers[1]["result"]["message"] == "pong: " + big
     assert answers[2]["result"]["message"] == "pong: small"
+
+
+async def test_output_that_cannot_be_written_ends_the_connection_in_one_line(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    with opened(Path("/dev/full"), "wb") as full:  # every write fails with ENOSPC
+        async with serve(home, fake_openai, tmp_path, asyncio.subprocess.PIPE, full) as proc:
+            assert proc.stdin is not None and proc.stderr is not None
+            proc.stdin.write(frame(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping",
+                                                 "params": {}})))
+            await proc.stdin.drain()
+            code = await asyncio.wait_for(proc.wait(), TIMEOUT)  # stdin still open
+            proc.stdin.close()
+            err = (await proc.stderr.read()).decode()
+    assert code == 0
+    assert err == ("subsessions serve: cannot write to stdout (No space left on device): "
+                   "the connection ends\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import stat
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator
 from subsessions.serve.framing import READ_AHEAD
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+log = logging.getLogger("subsessions.serve")
 
 
 @contextlib.asynccontextmanager
@@ -74,12 +76,15 @@ def _copy_in(stdin: int, sock: socket.socket) -> None:
 def _copy_out(sock: socket.socket, stdout: int, loop: asyncio.AbstractEventLoop,
               written: asyncio.Future[None]) -> None:
     try:
-        with contextlib.suppress(OSError):  # a full disk or a closed reader ends the copy
-            while chunk := sock.recv(READ_AHEAD):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(stdout, view):]
+        while chunk := sock.recv(READ_AHEAD):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(stdout, view):]
+    except OSError as exc:  # a full disk, say: nobody reads what follows
+        log.warning("cannot write to stdout (%s): the connection ends", exc.strerror or exc)
     finally:
+        with contextlib.suppress(OSError):  # and the runtime's connection, as a host gone would
+            sock.shutdown(socket.SHUT_RDWR)
         os.close(stdout)
         loop.call_soon_threadsafe(_settle, written)
 
