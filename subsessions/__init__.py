@@ -5,13 +5,16 @@ a command that needs none of them yet pays nothing for them: `subsessions mcp` a
 host's handshake before the engine, the model client or Ray are imported.
 """
 
+from __future__ import annotations
+
 import importlib
-from importlib.util import find_spec
-from typing import TYPE_CHECKING, Any
 
 from subsessions._version import __version__ as __version__
 
+TYPE_CHECKING = False  # not `typing`'s: the console entry imports nothing before its Ctrl-C guard
 if TYPE_CHECKING:
+    from typing import Any
+
     from subsessions._exports import *  # noqa: F403
     from subsessions._exports import __all__ as __all__
 
@@ -19,6 +22,8 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     # Not for a submodule not imported yet (`from subsessions import task` imports it then,
     # even from a module `_exports` imports: no cycle), nor for private names.
+    from importlib.util import find_spec
+
     if (name.startswith("_") and name != "__all__") or find_spec(f"{__name__}.{name}"):
         raise AttributeError(f"module 'subsessions' has no attribute {name!r}")
     exports = importlib.import_module("subsessions._exports")

@@ -132,7 +132,9 @@ def _add_mcp_command(commands: argparse._SubParsersAction,  # type: ignore[type-
         "mcp", parents=[common, model_options],
         help="serve the sub-session tools to an MCP host (stdio, or --http)",
         description="An MCP server offering create_session, wait_session, wait_sessions, "
-        "cancel_session and list_sessions; each client connection is one top-level session.",
+        "cancel_session, run_session, run_sessions, list_sessions and send_message, and each "
+        "session's transcript as the resource rollout://{id}; each client connection is one "
+        "top-level session.",
     )
     mcp.add_argument("--http", metavar="HOST:PORT",
                      help="serve streamable HTTP instead of stdio (loopback by default)")

@@ -40,7 +40,7 @@ def ray_cluster() -> Iterator[Any]:
     127.0.0.1; worker nodes carry the `shard` resource, so shards land on them only."""
     from ray_support import start_cluster
 
-    ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
+    ray = pytest.importorskip("ray", reason="pip install 'subsessions[ray]'")
 
     cluster = start_cluster(ray)
     try:

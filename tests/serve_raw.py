@@ -80,10 +80,11 @@ async def over_stdio(home: Path, fake: FakeOpenAI, cwd: Path) -> tuple[Any, Raw]
 
 
 async def over_tcp(home: Path, fake: FakeOpenAI, cwd: Path, env: dict[str, str] | None = None,
-                   log_level: str = "warning") -> tuple[Any, int]:
-    """`serve --port 0` (stdin closed), and the port it printed."""
+                   log_level: str = "warning", port: tuple[str, ...] = ("--port", "0"),
+                   ) -> tuple[Any, int]:
+    """`serve --port 0` (or `port`'s flags; stdin closed), and the port it printed."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *serve_args(home, fake, "--headless", "--port", "0",
+        sys.executable, *serve_args(home, fake, "--headless", *port,
                                     "--log-level", log_level),
         cwd=cwd, env=env or cli_env(), stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -121,11 +122,11 @@ class Runtimes:
         return proc, host
 
     async def tcp(self, home: Path, fake: FakeOpenAI, cwd: Path,
-                  env: dict[str, str] | None = None, log_level: str = "warning"
-                  ) -> tuple[Any, int]:
-        proc, port = await over_tcp(home, fake, cwd, env, log_level)
+                  env: dict[str, str] | None = None, log_level: str = "warning",
+                  port: tuple[str, ...] = ("--port", "0")) -> tuple[Any, int]:
+        proc, bound = await over_tcp(home, fake, cwd, env, log_level, port)
         self.started.append(proc)
-        return proc, port
+        return proc, bound
 
     async def reap(self) -> None:
         for proc in self.started:

@@ -17,7 +17,7 @@ import pytest
 from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, text
 from openai_support import cli_env, tool_outputs
 
-copilot = pytest.importorskip("copilot", reason="the Copilot Python SDK (test extra) is absent")
+copilot = pytest.importorskip("copilot", reason="pip install 'subsessions[test]'")
 
 CHECKER = "You are CHECKER: look keys up and report."
 NOT_SUPPORTED = "Tool 'secret' is not supported by this client instance."

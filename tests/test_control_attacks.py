@@ -226,7 +226,7 @@ async def test_stale_sockets_are_cleared_by_the_next_engine_and_by_readers(
 # -- another user ---------------------------------------------------------------------------------
 AS_NOBODY = """
 import ctypes, os, socket, sys
-os.setresgid({nobody}, {nobody}, {nobody})
+os.setresgid({gid}, {gid}, {gid})
 os.setresuid({nobody}, {nobody}, 0 if sys.argv[2] == "fsuid" else {nobody})
 if sys.argv[2] == "fsuid":  # reach the 0600 socket as root, be seen as nobody (euid)
     assert ctypes.CDLL(None, use_errno=True).setfsuid(0) >= 0
@@ -241,8 +241,8 @@ except (BrokenPipeError, ConnectionResetError):
     pass
 sock.settimeout(10)
 data = b""
-try:
-    while chunk := sock.recv(65536):
+try:  # one answer line: a refusal (then the engine closes), or what a mistake let through
+    while not data.endswith(b"\\n") and (chunk := sock.recv(65536)):
         data += chunk
 except ConnectionResetError:  # after what was sent: it closed with ours unread
     pass
@@ -250,9 +250,10 @@ print(data.decode(), end="")
 """
 
 
-async def as_nobody(path: Path, how: str) -> str:
+async def as_nobody(path: Path, how: str, gid: int = NOBODY) -> str:
+    """What uid nobody (with group `gid`) reads back from the socket at `path`."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", AS_NOBODY.format(nobody=NOBODY), str(path), how,
+        sys.executable, "-c", AS_NOBODY.format(nobody=NOBODY, gid=gid), str(path), how,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
@@ -280,3 +281,18 @@ async def test_another_uid_is_refused_by_the_permissions_and_by_its_credentials(
             root.session_id, cid]
         await mine.close()
         await root.subsessions.cancel_child(cid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing uid needs root")
+async def test_another_uid_with_our_gid_is_refused(home: Path, script: Script) -> None:
+    """The uid is what is checked, not the gid: a peer of another uid in the engine's own
+    group (root's group 0 here, which a uid/gid mix-up would take for uid 0) is refused."""
+    assert os.getegid() == os.geteuid() == 0  # so our gid is also the uid a mix-up compares
+    async with Engine(home, model_client=script.model) as engine:
+        root = await engine.create_session(CONFIG)
+        path = engine.control_path
+        assert path is not None
+        [line] = (await as_nobody(path, "fsuid", gid=os.getegid())).splitlines()
+        answer = orjson.loads(line)
+        assert answer["id"] is None and answer["error"]["code"] == REFUSED, answer
+        assert root.session_id not in line

@@ -131,7 +131,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "mcp.resources", "mcp.server",
         "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
         "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",
-        "serve.history", "serve.peer", "serve.served", "serve.server", "serve.wire", "testing",
+        "serve.history", "serve.peer", "serve.served", "serve.server", "serve.stdio", "serve.wire",
+        "testing",
         "watch", "watch.app", "watch.cells", "watch.command", "watch.control", "watch.follower",
         "watch.forest", "watch.prompt", "watch.stats", "watch.table"),
 }

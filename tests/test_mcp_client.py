@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-pytest.importorskip("mcp")
+pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
 
 from fake_openai import FakeOpenAI, fake_openai, text
 from mcp_support import http_server

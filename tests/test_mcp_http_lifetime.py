@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-pytest.importorskip("mcp")
+pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
 
 from fake_openai import FakeOpenAI, fake_openai
 from mcp import Client, ClientSession

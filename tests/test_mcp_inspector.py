@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-pytest.importorskip("mcp")
+pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
 
 from fake_openai import FakeOpenAI, fake_openai
 from mcp_support import Children, server_args

@@ -7,6 +7,7 @@ stdio (two servers on one home), each with a child held in its first model call.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any, TextIO
 
 import pytest
 
-pytest.importorskip("mcp")
+pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
 
 from fake_openai import FakeOpenAI, fake_openai
 from mcp import Client
@@ -120,3 +121,29 @@ async def test_a_connection_reaches_only_its_own_sessions(
         assert getattr(transcript, "text", "").startswith(f"session {theirs}\n")
         assert "rollout://" + mine not in {
             str(r.uri) for r in (await alice.list_resources()).resources}
+
+
+async def test_a_symlink_named_like_a_rollout_is_no_resource(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, children: Children, errlog: TextIO
+) -> None:
+    """Links planted in the home, named like rollouts, to the connection's own child's
+    rollout and to another file: neither listed nor read, and left as they were."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not a rollout\n")
+    async with connect(home, fake_openai, tmp_path, errlog) as session:
+        child = await create(session, "a job")
+        ok(await session.call_tool("wait_session", {"session_id": child, "timeout_ms": 10_000}))
+        own = find_rollout(home, child)
+        links = {}
+        for target in (own, secret):
+            planted = str(uuid.uuid4())
+            links[planted] = own.parent / f"rollout-2026-01-01T00-00-00-{planted}.jsonl"
+            links[planted].symlink_to(target)
+        before = {path: path.read_bytes() for path in (own, secret)}
+        listed = {str(r.uri) for r in (await session.list_resources()).resources}
+        assert listed == {f"rollout://{child}", f"rollout://{parent_of(home, child)}"}
+        for planted in links:
+            text = await read_error(session, f"rollout://{planted}")
+            assert text == f"unknown session {planted}"
+    assert all(link.is_symlink() and link.readlink() in before for link in links.values())
+    assert {path: path.read_bytes() for path in before} == before

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import pytest
 
-pytest.importorskip("mcp")
+pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
 
 from fake_openai import FakeOpenAI, fake_openai
 from mcp import Client

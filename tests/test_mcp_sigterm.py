@@ -17,7 +17,7 @@ from typing import TextIO
 
 import pytest
 
-pytest.importorskip("mcp")
+pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
 
 from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, fake_openai
 from mcp import ClientSession, StdioServerParameters, stdio_client

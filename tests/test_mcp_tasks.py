@@ -12,7 +12,7 @@ from typing import TextIO
 
 import pytest
 
-pytest.importorskip("mcp")
+pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
 
 from fake_openai import FakeOpenAI, Recorded, Reply, fake_openai, model_not_found
 from mcp import Client

@@ -34,7 +34,7 @@ from subsessions import (
     Tool,
 )
 
-pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
+pytest.importorskip("opentelemetry.sdk", reason="pip install 'subsessions[otel]'")
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -424,7 +424,7 @@ async def test_a_collector_that_is_down_loses_the_spans_with_one_error_not_the_r
     import socket
 
     http = pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter",
-                               reason="the OTLP exporter is not installed")
+                               reason="the OTLP exporter: pip install 'subsessions[phoenix]'")
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     with socket.socket() as refusing:  # bound, never listening: connections are refused

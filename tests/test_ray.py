@@ -45,7 +45,7 @@ from subsessions import (
 )
 from subsessions.rollouts.reader import find_rollout, read_rollout
 
-pytest.importorskip("ray", reason="the [ray] extra is not installed")
+pytest.importorskip("ray", reason="pip install 'subsessions[ray]'")
 
 __all__ = ["engine", "fake_openai", "script"]  # the fixtures, imported so pytest finds them
 

@@ -34,7 +34,7 @@ from subsessions.ray.replies import Replies
 from subsessions.ray.wire import Ended, Outcome
 from subsessions.rollouts.reader import read_rollout
 
-pytest.importorskip("ray", reason="the [ray] extra is not installed")
+pytest.importorskip("ray", reason="pip install 'subsessions[ray]'")
 
 __all__ = ["engine", "script"]
 

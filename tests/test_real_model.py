@@ -197,7 +197,7 @@ async def test_a_ray_child_builds_its_client_from_settings(
 async def test_mcp_run_session_answers_on_the_real_model(
     llama_server: LlamaServer, home: Path, tmp_path: Path
 ) -> None:
-    pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
+    pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
     from mcp import ClientSession, StdioServerParameters, stdio_client
     from mcp_support import result_text
 
@@ -224,7 +224,7 @@ async def test_mcp_run_session_answers_on_the_real_model(
 async def test_serve_driven_by_the_copilot_sdk_answers_on_the_real_model(
     llama_server: LlamaServer, home: Path, tmp_path: Path
 ) -> None:
-    copilot = pytest.importorskip("copilot", reason="the Copilot SDK (test extra) is absent")
+    copilot = pytest.importorskip("copilot", reason="pip install 'subsessions[test]'")
 
     llama_server.write_config(home)
     connection = copilot.RuntimeConnection.for_stdio(

@@ -36,7 +36,7 @@ async def used(host: Raw, session_id: str) -> None:
 
 def unknown(answer: dict[str, Any], named: str) -> None:
     """Answered exactly as an id that exists nowhere."""
-    assert answer["error"]["message"] == f"unknown session {echo(named)}", answer
+    assert answer.get("error", {}).get("message") == f"unknown session {echo(named)}", answer
 
 
 async def test_another_connection_cannot_delete_resume_or_probe_a_session(
@@ -105,6 +105,51 @@ async def test_resume_takes_no_path_inside_or_outside_the_home(
         assert answer == {"success": False, "error": f"unknown session {echo(named)}"}
     assert outside.read_bytes() == before and inside.exists()
     assert list(rollouts(home)) == [session_id]
+    await host.close()
+    os.kill(proc.pid, signal.SIGTERM)
+    code, err = await end_of(proc)
+    assert code == 128 + signal.SIGTERM, err
+
+
+def plant_links(day: Path, targets: list[Path]) -> dict[str, Path]:
+    """A symlink named like a rollout (a fresh id) in the home's day folder, to each target."""
+    links = {}
+    for target in targets:
+        session_id = str(uuid.uuid4())
+        link = day / f"rollout-2026-01-01T00-00-00-{session_id}.jsonl"
+        link.symlink_to(target)
+        links[session_id] = link
+    return links
+
+
+async def test_a_symlink_named_like_a_rollout_is_no_session(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI, runtimes: Runtimes
+) -> None:
+    """A link planted in the home, to a rollout outside it, to one inside it or to any other
+    file, is neither resumed nor deleted: `unknown session`, link and target untouched."""
+    fake_openai.script = lambda request: text("ok")
+    proc, port = await runtimes.tcp(home, fake_openai, tmp_path)
+    host = await dial(port)
+    session_id = str(uuid.uuid4())
+    await used(host, session_id)
+    assert (await host.call("session.detach", {"sessionId": session_id}))["result"]
+    inside = find_rollout(home, session_id)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    outside = elsewhere / inside.name
+    shutil.copyfile(inside, outside)
+    secret = elsewhere / "secret.txt"
+    secret.write_text("not a rollout\n")
+    links = plant_links(inside.parent, [outside, inside, secret])
+    before = {path: path.read_bytes() for path in (inside, outside, secret)}
+
+    for named, link in links.items():
+        unknown(await host.call("session.resume", {"sessionId": named}), named)
+        answer = (await host.call("session.delete", {"sessionId": named}))["result"]
+        assert answer == {"success": False, "error": f"unknown session {named}"}
+        assert link.is_symlink() and link.readlink() in before
+    assert {path: path.read_bytes() for path in before} == before
+    assert (await host.call("session.list"))["result"] == {"sessions": []}
     await host.close()
     os.kill(proc.pid, signal.SIGTERM)
     code, err = await end_of(proc)

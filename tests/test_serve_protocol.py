@@ -61,7 +61,8 @@ async def test_bad_requests_get_json_rpc_errors_and_the_server_goes_on(
     assert [e["type"] for e in host.events] == [
         "session.start", "user.message", "assistant.turn_start", "assistant.message",
         "assistant.turn_end", "session.idle"]
-    copilot_events = pytest.importorskip("copilot.generated.session_events")
+    copilot_events = pytest.importorskip("copilot.generated.session_events",
+                                          reason="pip install 'subsessions[test]'")
     for event in host.events:
         copilot_events.session_event_from_dict(event)  # the SDK's own parser accepts each
     assert [e["parentId"] for e in host.events[1:]] == [e["id"] for e in host.events[:-1]]

@@ -11,7 +11,7 @@ import pytest
 from subsessions.serve import wire
 
 events = pytest.importorskip("copilot.generated.session_events",
-                             reason="the Copilot Python SDK (test extra) is absent")
+                             reason="the Copilot Python SDK: pip install 'subsessions[test]'")
 
 
 def describe(name: str) -> tuple[str, str]:

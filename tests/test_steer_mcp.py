@@ -9,7 +9,7 @@ from typing import TextIO
 
 import pytest
 
-pytest.importorskip("mcp")
+pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
 
 from fake_openai import FakeOpenAI, fake_openai
 from mcp_support import Children, connect, create, ending, error, ok

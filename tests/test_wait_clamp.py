@@ -138,7 +138,7 @@ def errlog(tmp_path: Path) -> Iterator[TextIO]:
 async def test_the_mcp_tools_are_clamped(
     home: Path, tmp_path: Path, fake_openai: FakeOpenAI, errlog: TextIO
 ) -> None:
-    pytest.importorskip("mcp")
+    pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
     from mcp import ClientSession, StdioServerParameters, stdio_client
     from mcp_support import Children, create, error, ok, server_args
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from watch_support import Rollout, day_folder, long_rollout
 
-pytest.importorskip("textual", reason="the live view needs the [watch] extra")
+pytest.importorskip("textual", reason="the live view needs pip install 'subsessions[watch]'")
 
 from textual.pilot import Pilot
 from textual.widgets import RichLog, Static

@@ -10,7 +10,7 @@ import pytest
 from scripting import WORKER, Script, call, spawn_held
 from scripting import script as script  # the fixture
 
-pytest.importorskip("textual", reason="the live view needs the [watch] extra")
+pytest.importorskip("textual", reason="the live view needs pip install 'subsessions[watch]'")
 
 from test_watch_app import SIZE, shown, until
 from textual.pilot import Pilot

@@ -30,6 +30,7 @@ from subsessions.models.factory import build_model_client
 from subsessions.serve.connection import Connection
 from subsessions.serve.framing import READ_AHEAD, FramingError
 from subsessions.serve.peer import Peer
+from subsessions.serve.stdio import stdio_streams
 from subsessions.settings import Settings
 
 TOKEN_ENV = "COPILOT_CONNECTION_TOKEN"
@@ -46,13 +47,16 @@ def add_serve_command(commands: argparse._SubParsersAction,  # type: ignore[type
         "serve", parents=parents,
         help="be a Copilot CLI runtime: the official Copilot SDKs drive sub-sessions",
         description="Speaks the GitHub Copilot CLI runtime protocol (JSON-RPC, protocol "
-        "version 3) on stdio or on a loopback TCP port, so a Copilot SDK host drives "
-        "sessions and sub-sessions on the configured model.",
+        "version 3), so a Copilot SDK host drives sessions and sub-sessions on the configured "
+        "model. With --stdio it serves on stdin/stdout (what the SDKs' stdio connection "
+        "passes). Without --stdio it listens on 127.0.0.1 (--port N, else any free port, as "
+        "the SDKs' TCP connection expects) and prints 'listening on port N'.",
     )
     transport = serve.add_mutually_exclusive_group()
     transport.add_argument("--stdio", action="store_true", help="serve on stdin/stdout")
     transport.add_argument("--port", type=int, metavar="N",
-                           help="serve on 127.0.0.1:N (0: any free port; the default)")
+                           help="listen on 127.0.0.1:N (default without --stdio: any free "
+                           "port)")
     serve.add_argument("--log-level", choices=sorted(LOG_LEVELS), default="warning",
                        help="what goes to stderr (default warning)")
     for flag in ("--headless", "--no-auto-update", "--no-auto-login", "--remote"):
@@ -115,13 +119,8 @@ async def _main(home: Path, settings: Settings, out: int, port: int | None) -> i
 
 
 async def _serve_stdio(engine: Engine, settings: Settings, out: int, finish: Finish) -> None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=READ_AHEAD)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, os.fdopen(out, "wb", buffering=0))
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    await _serve_one(Peer(reader, writer), engine, settings, None, finish)
+    async with stdio_streams(sys.stdin.fileno(), out) as (reader, writer):
+        await _serve_one(Peer(reader, writer), engine, settings, None, finish)
     finish(0)  # the host closed stdin
 
 

@@ -136,7 +136,7 @@ def _compared(samples: list[Expected]) -> str:
 async def test_codex_lists_reads_and_resumes_every_sample(
     codex: Path, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
-    pytest.importorskip("mcp")
+    pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
     fake_openai.script = _script
     home = _home(tmp_path, fake_openai.base_url)
     with (tmp_path / "mcp-stderr.log").open("w+") as errlog:

@@ -24,7 +24,7 @@ from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, fake_openai, t
 from openai_support import TIMEOUT, cli_env, start, tool_outputs
 from test_control_cli import OneStuckChild
 
-pytest.importorskip("textual", reason="the live view needs the [watch] extra")
+pytest.importorskip("textual", reason="the live view needs pip install 'subsessions[watch]'")
 if shutil.which("tmux") is None:
     pytest.skip("tmux is not installed (.ci/run installs it)", allow_module_level=True)
 
