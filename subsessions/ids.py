@@ -26,6 +26,12 @@ class _Uuid7:
         self._pool = b""
         self._at = 0
 
+    def forget_pool(self) -> None:
+        """A forked child must not hand out its parent's next random bits: two processes
+        would then make the same id in the same millisecond."""
+        self._lock = threading.Lock()
+        self._pool, self._at = b"", 0
+
     def __call__(self) -> str:
         with self._lock:
             millis = time.time_ns() // 1_000_000
@@ -48,6 +54,7 @@ class _Uuid7:
 _WORD = struct.Struct(">Q")
 _FORMAT = "%08x-%04x-%04x-%04x-%012x"
 new_session_id = _Uuid7()
+os.register_at_fork(after_in_child=new_session_id.forget_pool)
 
 
 def is_session_id(value: str) -> bool:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
+import warnings
 
 import pytest
 
@@ -100,3 +102,23 @@ def test_id_problem_accepts_ordinary_strings(ordinary: str) -> None:
 
 def test_id_problem_accepts_real_ids() -> None:
     assert id_problem(new_session_id()) is None
+
+
+def test_a_forked_process_never_makes_its_parents_next_id() -> None:
+    """Batch and Ray workers fork: a child that kept the parent's pooled random bits would
+    make the same id as its parent within the same millisecond."""
+    new_session_id()  # the pool is filled: the next 511 ids' random bits are known here
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork in a threaded process
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked child
+        os.write(write, new_session_id().encode())
+        os._exit(0)
+    os.close(write)
+    theirs = os.read(read, 64).decode()
+    os.close(read)
+    assert os.waitpid(pid, 0)[1] == 0
+    ours = new_session_id()
+    assert is_session_id(theirs)
+    assert theirs[19:] != ours[19:]  # the random bits (variant and 62 bits) differ
