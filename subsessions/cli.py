@@ -206,31 +206,22 @@ async def _run_session(
     home: Path, settings: Settings, config: SessionConfig, prompt: str, profile: str | None,
     resume: str | None,
 ) -> str | None:
-    from subsessions.engine import Engine
-    from subsessions.models.factory import build_model_client
-    from subsessions.ray.backend import backend_from
+    from subsessions.cli_engine import engine_from_settings
 
-    client = build_model_client(settings)
-    try:
-        async with Engine(home, model_client=client, model=settings.model,
-                          model_provider=settings.model_provider,
-                          mcp_servers=settings.mcp_servers, mcp_source=settings.source,
-                          backend=backend_from(settings)) as engine:
-            if resume is None:
-                session = await engine.create_session(config, source="cli", profile=profile)
-            else:
-                session = await engine.resume_session(resume, config)
-                if session.resume_report and "skipped" in session.resume_report:
-                    print(f"subsessions: {session.resume_report}", file=sys.stderr)
-            try:
-                return await session.send_and_wait(prompt)
-            except asyncio.CancelledError:
-                if _cancelling():
-                    raise  # Ctrl-C or SIGTERM: theirs to report
-                raise SubsessionError("the session was cancelled (through the control "
-                                      "socket)") from None
-    finally:
-        await client.aclose()
+    async with engine_from_settings(home, settings) as engine:
+        if resume is None:
+            session = await engine.create_session(config, source="cli", profile=profile)
+        else:
+            session = await engine.resume_session(resume, config)
+            if session.resume_report and "skipped" in session.resume_report:
+                print(f"subsessions: {session.resume_report}", file=sys.stderr)
+        try:
+            return await session.send_and_wait(prompt)
+        except asyncio.CancelledError:
+            if _cancelling():
+                raise  # Ctrl-C or SIGTERM: theirs to report
+            raise SubsessionError("the session was cancelled (through the control "
+                                  "socket)") from None
 
 
 def _cancelling() -> bool:

@@ -351,14 +351,25 @@ async def test_asyncio_tasks_of_the_backend_are_gone_after_close(
     assert left == []
 
 
-def test_the_ray_flag_without_the_extra_is_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["run", "hello"], ["serve", "--stdio"],
+                                     ["batch", "in.csv", "--prompt", "Describe {city}",
+                                      "--profile", "default", "--out", "out.jsonl"]],
+                         ids=["run", "serve", "batch"])
+def test_the_ray_flag_without_the_extra_is_one_line(tmp_path: Path, command: list[str]) -> None:
+    """Every command builds its engine the one way (`cli_engine`): `serve` once ignored
+    `--ray` and `[ray]` silently, and ran every child in process."""
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None\n")
-    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin", "SUBSESSIONS_HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "subsessions", "run", "--ray", "auto",
-                          "--base-url", "http://127.0.0.1:9/v1", "hello"],
+    (tmp_path / "in.csv").write_text("city\nParis\n")
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin",
+           "SUBSESSIONS_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-m", "subsessions", *command, "--ray", "auto",
+                          "--base-url", "http://127.0.0.1:9/v1"], stdin=subprocess.DEVNULL,
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert out.returncode != 0
-    assert out.stderr.strip().splitlines() == [
+    told = out.stderr.strip().splitlines()
+    if command[0] == "batch":  # its journal's line comes first: `--resume` can retry it
+        assert told.pop(0).startswith("subsessions batch ")
+    assert told == [
         "subsessions: --ray: ray: the Ray backend needs Ray: pip install 'subsessions[ray]'"]
 
 

@@ -21,13 +21,11 @@ from urllib.parse import urlsplit
 from subsessions.batch import planning, progress
 from subsessions.batch.runner import Batch, BatchResult
 from subsessions.budget import Budget
+from subsessions.cli_engine import engine_from_settings
 from subsessions.config import SessionConfig
 from subsessions.control import CONTROL_HELP
-from subsessions.engine import Engine
 from subsessions.errors import BatchError, ConfigError, UnknownSessionType
-from subsessions.models.factory import build_model_client
 from subsessions.profiles import load_profiles
-from subsessions.ray.backend import backend_from
 from subsessions.settings import Settings, default_home, with_overrides
 from subsessions.tools.context import SANDBOX_MODES
 
@@ -176,13 +174,9 @@ def _unfit(name: str, value: Any) -> bool:
 
 async def _run(batch: Batch, home: Path, settings: Settings, config: SessionConfig,
                display: progress.Display) -> BatchResult:
-    client = build_model_client(settings)
     shown: asyncio.Task[None] | None = None
     try:
-        async with Engine(home, model_client=client, model=settings.model,
-                          model_provider=settings.model_provider,
-                          mcp_servers=settings.mcp_servers, mcp_source=settings.source,
-                          backend=backend_from(settings)) as engine:
+        async with engine_from_settings(home, settings) as engine:
             parent = await engine.create_session(config, source="cli")
             shown = asyncio.get_running_loop().create_task(
                 progress.follow(batch.counters, display, BAR_SECONDS))
@@ -194,7 +188,6 @@ async def _run(batch: Batch, home: Path, settings: Settings, config: SessionConf
             await asyncio.wait((shown,))
             if not shown.cancelled():
                 shown.exception()  # taken: a display that failed does not fail the batch
-        await client.aclose()
 
 
 def summary(result: BatchResult, home: Path) -> str:

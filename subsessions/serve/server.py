@@ -24,9 +24,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from subsessions.cli_engine import engine_from_settings
 from subsessions.engine import Engine
 from subsessions.errors import ConfigError
-from subsessions.models.factory import build_model_client
 from subsessions.serve.connection import Connection
 from subsessions.serve.framing import READ_AHEAD, FramingError
 from subsessions.serve.peer import Peer
@@ -96,11 +96,8 @@ async def _main(home: Path, settings: Settings, out: int, port: int | None) -> i
 
     for signum in _STOPS:
         loop.add_signal_handler(signum, finish, 128 + signum)
-    client = build_model_client(settings)
     try:
-        async with Engine(home, model_client=client, model=settings.model,
-                          model_provider=settings.model_provider,
-                          mcp_servers=settings.mcp_servers, mcp_source=settings.source) as engine:
+        async with engine_from_settings(home, settings) as engine:
             serve = (_serve_stdio(engine, settings, out, finish) if port is None
                      else _serve_tcp(engine, settings, port, out, finish))
             serving = loop.create_task(serve, name="subsessions-serve")
@@ -115,7 +112,6 @@ async def _main(home: Path, settings: Settings, out: int, port: int | None) -> i
     finally:
         for signum in _STOPS:
             loop.remove_signal_handler(signum)
-        await client.aclose()
 
 
 async def _serve_stdio(engine: Engine, settings: Settings, out: int, finish: Finish) -> None:
