@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fanout
 
 from subsessions import Engine, ScriptedModel, SessionConfig
-from subsessions.batch import planning, progress, runner
+from subsessions.batch import planning, runner
+from subsessions.cli import batch_progress as progress
 
 CONCURRENCY = 256
 Timed = tuple[float, float]  # (wall seconds, CPU seconds of the whole process: every thread,

@@ -18,13 +18,13 @@ from typing import Any, TextIO
 
 import orjson
 
+from subsessions.cli.rollouts import print_tree
 from subsessions.config import SessionConfig
 from subsessions.demo_work import run_work_scene
 from subsessions.engine import Engine
 from subsessions.models.base import ModelRequest
 from subsessions.models.scripted import ScriptedModel, ScriptResponse
 from subsessions.profiles import load_profiles
-from subsessions.rollouts.cli import print_tree
 from subsessions.rollouts.reader import rollout_tree
 
 PARENT_INSTRUCTIONS = "You coordinate sub-sessions to answer the user. (subsessions demo)"

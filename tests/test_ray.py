@@ -356,7 +356,7 @@ async def test_asyncio_tasks_of_the_backend_are_gone_after_close(
                                       "--profile", "default", "--out", "out.jsonl"]],
                          ids=["run", "serve", "batch"])
 def test_the_ray_flag_without_the_extra_is_one_line(tmp_path: Path, command: list[str]) -> None:
-    """Every command builds its engine the one way (`cli_engine`): `serve` once ignored
+    """Every command builds its engine the one way (`subsessions.cli.engine`): `serve` once ignored
     `--ray` and `[ray]` silently, and ran every child in process."""
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None\n")
     (tmp_path / "in.csv").write_text("city\nParis\n")

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from subsessions.cli_engine import engine_from_settings
+from subsessions.cli.engine import engine_from_settings
 from subsessions.engine import Engine
 from subsessions.errors import ConfigError
 from subsessions.serve.connection import Connection

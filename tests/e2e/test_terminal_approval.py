@@ -13,7 +13,7 @@ import pytest
 
 CODE = """
 import asyncio
-from subsessions.cli import _ask_on_terminal
+from subsessions.cli.run import ask_on_terminal
 
 async def main():
     ticks = 0
@@ -23,7 +23,7 @@ async def main():
             await asyncio.sleep(0.01)
             ticks += 1
     ticker = asyncio.ensure_future(tick())
-    kind = await _ask_on_terminal({"kind": "shell", "command": ["rm", "x"], "reason": "why"})
+    kind = await ask_on_terminal({"kind": "shell", "command": ["rm", "x"], "reason": "why"})
     ticker.cancel()
     print("RESULT", kind, "loop-ran" if ticks > 5 else "loop-blocked", flush=True)
 

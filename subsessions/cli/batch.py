@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from subsessions.batch import planning, progress
+from subsessions.batch import planning
 from subsessions.batch.runner import Batch, BatchResult
 from subsessions.budget import Budget
-from subsessions.cli_engine import engine_from_settings
+from subsessions.cli import batch_progress as progress
+from subsessions.cli.engine import engine_from_settings
 from subsessions.config import SessionConfig
 from subsessions.control import CONTROL_HELP
 from subsessions.errors import BatchError, ConfigError, UnknownSessionType

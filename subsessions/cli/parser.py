@@ -106,8 +106,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     resume.add_argument("--control", action="store_true", help=CONTROL_HELP)
 
     _add_mcp_command(commands, common, model_options)
-    from subsessions.batch.command import add_batch_command
-    from subsessions.rollouts.cli import add_rollout_commands
+    from subsessions.cli.batch import add_batch_command
+    from subsessions.cli.rollouts import add_rollout_commands
     from subsessions.serve.server import add_serve_command
     from subsessions.watch.command import add_watch_command
 

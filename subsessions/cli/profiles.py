@@ -1,0 +1,35 @@
+"""`subsessions profiles list|show`: the profiles a session here would see, and where
+each comes from."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TextIO
+
+from subsessions.errors import SubsessionError
+
+
+def show_profiles(args: argparse.Namespace, home: Path, out: TextIO) -> int:
+    from subsessions.profiles import load_profiles
+
+    loaded = load_profiles(home, os.getcwd())
+    if args.action == "list":
+        for name, entry in loaded.items():
+            out.write(f"{name:<16} {entry.source:<10} {entry.profile.description}\n")
+        return 0
+    if args.name not in loaded:
+        raise SubsessionError(f"no profile named {args.name!r}; have: {', '.join(loaded)}")
+    entry = loaded[args.name]
+    profile = entry.profile
+    out.write(f"name: {profile.name}\nsource: {entry.source}\ndescription: {profile.description}\n")
+    out.write(f"model: {profile.model}\nfallback_models: {list(profile.fallback_models)}\n")
+    tools = "all of the parent's" if profile.tools is None else list(profile.tools)
+    out.write(f"tools: {tools}\nmax_turns: {profile.max_turns}\n")
+    out.write(f"developer_instructions:\n{profile.developer_instructions}")
+    for label in ("persona", "memory"):
+        text = getattr(profile, label)
+        if text:
+            out.write(f"{label} (top-level only):\n{text}\n")
+    return 0
