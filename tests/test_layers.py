@@ -127,7 +127,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "ray.channel", "ray.groups", "ray.host", "ray.ledger", "ray.placement", "ray.replies",
         "ray.shard", "ray.shard_child", "ray.spec", "ray.wire"),
     8: ("", "__main__", "_exports", "access", "batch.command", "batch.progress", "cli",
-        "cli_parser", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.front",
+        "cli_parser", "demo", "demo_work", "mcp.connection", "mcp.app", "mcp.catalog", "mcp.front",
         "mcp.resources", "mcp.server",
         "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
         "rollouts.cli", "serve", "serve.connection", "serve.framing", "serve.options",
