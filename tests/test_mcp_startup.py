@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,14 @@ def test_starting_the_mcp_command_imports_neither_engine_nor_model_client() -> N
     heavy = ("subsessions.engine", "subsessions.session", "subsessions.mcp.app",
              "subsessions.tools", "subsessions.rollouts", "openai", "ray")
     assert not [name for name in heavy if name in loaded]
+
+
+def test_the_readme_names_exactly_the_tools_served() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## MCP\n", 1)[1]
+    sentence = section.split("to any MCP host", 1)[0]
+    assert sentence.startswith("\n`subsessions mcp` serves ")
+    assert re.findall(r"`(\w+)`", sentence) == list(TOOL_NAMES)
 
 
 def test_listing_the_tools_imports_neither_engine_nor_model_client(home: Path) -> None:

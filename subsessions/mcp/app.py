@@ -40,10 +40,10 @@ from subsessions.handlers import subsessions as subsession_tools
 from subsessions.mcp import run, runs
 from subsessions.mcp.catalog import LIST_SCHEMA, TOOL_NAMES, definitions
 from subsessions.mcp.connection import ClientConnection
-from subsessions.mcp.front import INSTRUCTIONS, NAME
+from subsessions.mcp.front import INSTRUCTIONS, NAME, SubsessionsServer
 from subsessions.mcp.progress import progress_line as progress_line  # re-exported
 from subsessions.mcp.progress import report_progress, wants_progress
-from subsessions.mcp.resources import SCHEME, RolloutResources
+from subsessions.mcp.resources import SCHEME, RolloutResources, push_list_changes
 from subsessions.mcp.task_listen import TaskListener
 from subsessions.mcp.task_store import Outcome, TaskRegistry
 from subsessions.mcp.tasks import TASK_TOOLS, TasksExtension, version_gated
@@ -104,7 +104,7 @@ class SubsessionsMcp:
         self.stateless_tasks = TaskRegistry(lease=idle_timeout if http else None)
         self._settling: set[asyncio.Task[None]] = set()
         rollouts = RolloutResources(self.client_for)  # each session's transcript
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = SubsessionsServer(
             NAME,
             version=__version__,
             instructions=INSTRUCTIONS,
@@ -221,6 +221,9 @@ class SubsessionsMcp:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name}")
         arguments = params.arguments or {}
         client, own = self.caller(ctx) if name in TASK_TOOLS else (self.client_for(ctx), False)
+        if not own and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            # a handshake client is told of new rollouts unasked (2026-07-28: on listen)
+            client.run_beside(push_list_changes(client, ctx.session))
         try:
             return await self._tool(ctx, client, name, arguments)
         finally:

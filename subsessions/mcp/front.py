@@ -23,7 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
@@ -53,6 +53,32 @@ FORWARDED: dict[str, type[BaseModel]] = {
     "tasks/get": types.GetTaskRequestParams,
     "tasks/cancel": types.CancelTaskRequestParams,
 }
+
+
+class SubsessionsServer(Server[Any]):
+    """The SDK's lowlevel `Server`, advertising only the changes it tells of, on either wire:
+    the rollout list changes (`subsessions.mcp.resources` tells), the tools never do (the
+    profiles they name are read once, at start), and no one resource's content is followed
+    (`subscribe`). The SDK would advertise all three wherever `subscriptions/listen` is
+    served (ours is for task notifications), and none on the handshake wire."""
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        told = NotificationOptions(resources_changed=True)
+        found = super().get_capabilities(told, experimental_capabilities, extensions,
+                                         protocol_version=protocol_version)
+        update: dict[str, Any] = {}
+        if found.tools is not None:
+            update["tools"] = types.ToolsCapability(list_changed=False)
+        if found.resources is not None:
+            update["resources"] = types.ResourcesCapability(subscribe=False, list_changed=True)
+        return found.model_copy(update=update)
 
 
 class Serving(Protocol):
@@ -114,7 +140,7 @@ def front_server(
 ) -> Server[Any]:
     """The stdio server: answers the handshake and `tools/list` (from `tools()`, which reads
     the profiles, not the engine) at once, and forwards the rest to the app."""
-    server: Server[Any] = Server(NAME, version=__version__, instructions=INSTRUCTIONS)
+    server = SubsessionsServer(NAME, version=__version__, instructions=INSTRUCTIONS)
     for method, params_type in FORWARDED.items():
         server.add_request_handler(method, params_type, _forward(deferred, method))
 
