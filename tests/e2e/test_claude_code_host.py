@@ -9,6 +9,7 @@ And Claude Code, which subscribes to resource list changes, is told of a child's
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -39,6 +40,19 @@ def _servers(home: Path, fake: FakeOpenAI) -> dict[str, Any]:
     """`subsessions mcp` as any user's `.mcp.json` names it (the repository importable)."""
     return {"subsessions": {"command": sys.executable, "args": server_args(home, fake),
                             "env": {"PYTHONPATH": cli_env()["PYTHONPATH"]}}}
+
+
+async def _told(wire: Path, timeout: float = 30.0) -> None:
+    """Until the recording has the server's `notifications/resources/list_changed` (another
+    process is writing it)."""
+    async with asyncio.timeout(timeout):
+        while not _notified(wire):  # noqa: ASYNC110 (a file another process writes)
+            await asyncio.sleep(0.02)
+
+
+def _notified(wire: Path) -> bool:
+    return wire.exists() and "notifications/resources/list_changed" in wire.read_text(
+        encoding="utf-8")
 
 
 def _result(request: Recorded) -> str:
@@ -90,10 +104,11 @@ async def test_claude_code_is_told_when_a_childs_rollout_appears(
     ours["args"] = [str(TAP), str(wire), "--", ours["command"], *ours["args"]]
     ours["command"] = sys.executable
 
-    def model(request: Recorded) -> Turn:
+    async def model(request: Recorded) -> Turn:
         if not request.tool_results():
             return Turn(calls=(("mcp__subsessions__create_session",
                                 {"session_type": "default", "prompt": "work"}),))
+        await _told(wire)  # the turn ends (and Claude Code with it) once it has been told
         return Turn(text="started")
 
     async with FakeAnthropic(model) as fake:
