@@ -15,14 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
+from npm_cache import cache_root, installed
 
 VERSION = "0.169.0"
 PACKAGE = f"@openai/codex@{VERSION}"
@@ -34,7 +33,7 @@ Json = dict[str, Any]
 # -- the binary ------------------------------------------------------------------------------
 def cache_dir() -> Path:
     named = os.environ.get(CACHE_ENV)
-    return Path(named) if named else Path.home() / ".cache" / "subsessions-tests" / "codex"
+    return Path(named) if named else cache_root() / "codex"
 
 
 def _installed(prefix: Path) -> Path | None:
@@ -52,33 +51,7 @@ def _installed(prefix: Path) -> Path | None:
 
 def codex_binary() -> Path:
     """The pinned Codex binary, installed with npm into the cache on first use."""
-    prefix = cache_dir()
-    found = _installed(prefix)
-    if found is not None:
-        return found
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip(f"npm is not installed (apt-get install nodejs npm), so {PACKAGE} cannot "
-                    "be installed to judge our rollouts")
-    # Installed beside the cache and moved in whole: a half-done install is never reused.
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    staging = prefix.with_name(f"{prefix.name}.installing-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        done = subprocess.run(
-            [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund",
-             "--no-save", PACKAGE],
-            capture_output=True, text=True, timeout=600, check=False)
-        if done.returncode != 0 or _installed(staging) is None:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            pytest.skip(f"npm could not install {PACKAGE} (offline?): {last}")
-        shutil.rmtree(prefix, ignore_errors=True)
-        staging.rename(prefix)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    found = _installed(prefix)
-    assert found is not None, f"{PACKAGE} installed into {prefix} but no binary runs"
-    return found
+    return installed(PACKAGE, cache_dir(), _installed)
 
 
 # -- an offline home -------------------------------------------------------------------------

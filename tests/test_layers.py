@@ -128,7 +128,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "ray.shard", "ray.shard_child", "ray.spec", "ray.wire"),
     8: ("", "__main__", "_exports", "access", "cli", "cli.batch", "cli.batch_progress",
         "cli.engine", "cli.parser", "cli.profiles", "cli.rollouts", "cli.run", "demo",
-        "demo_work", "mcp.connection", "mcp.app", "mcp.front",
+        "demo_work", "mcp.connection", "mcp.app", "mcp.catalog", "mcp.front",
         "mcp.resources", "mcp.server",
         "mcp.progress", "mcp.run", "mcp.runs", "mcp.task_listen", "mcp.task_store", "mcp.tasks",
         "serve", "serve.connection", "serve.framing", "serve.options",

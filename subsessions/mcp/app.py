@@ -38,31 +38,23 @@ from subsessions.engine import Engine
 from subsessions.errors import SubsessionError, error_text
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.mcp import run, runs
+from subsessions.mcp.catalog import LIST_SCHEMA, TOOL_NAMES, definitions
 from subsessions.mcp.connection import ClientConnection
-from subsessions.mcp.front import INSTRUCTIONS, NAME
+from subsessions.mcp.front import INSTRUCTIONS, NAME, SubsessionsServer
 from subsessions.mcp.progress import progress_line as progress_line  # re-exported
 from subsessions.mcp.progress import report_progress, wants_progress
-from subsessions.mcp.resources import SCHEME, RolloutResources
+from subsessions.mcp.resources import SCHEME, RolloutResources, push_list_changes
 from subsessions.mcp.task_listen import TaskListener
 from subsessions.mcp.task_store import Outcome, TaskRegistry
 from subsessions.mcp.tasks import TASK_TOOLS, TasksExtension, version_gated
 from subsessions.session import Session
 from subsessions.settings import Settings
-from subsessions.specs import tool_specs
 from subsessions.tools.schema import check_arguments
 
 log = logging.getLogger("subsessions.mcp")
 
 Context = ServerRequestContext[Any, Any]
 
-TOOL_NAMES = ("create_session", "wait_session", "wait_sessions", "cancel_session",
-              "run_session", "run_sessions", "list_sessions", "send_message")
-LIST_SCHEMA: dict[str, Any] = {"type": "object", "properties": {},
-                               "additionalProperties": False}
-LIST_DESCRIPTION = ("The sub-sessions started on this connection, oldest first: id, profile, "
-                    "status, live usage (tokens, turns, tool calls), seconds running, the last "
-                    "message so far, the error of a failed one, and the rollout:// URI of each "
-                    "transcript.")
 _STATE_KEY = "subsessions.client"
 _T = TypeVar("_T")
 
@@ -112,7 +104,7 @@ class SubsessionsMcp:
         self.stateless_tasks = TaskRegistry(lease=idle_timeout if http else None)
         self._settling: set[asyncio.Task[None]] = set()
         rollouts = RolloutResources(self.client_for)  # each session's transcript
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = SubsessionsServer(
             NAME,
             version=__version__,
             instructions=INSTRUCTIONS,
@@ -213,25 +205,8 @@ class SubsessionsMcp:
 
     # -- tools ------------------------------------------------------------------------------
     def tool_definitions(self) -> list[types.Tool]:
-        profiles = {name: self.engine.profiles[name].profile
-                    for name in sorted(self.engine.profiles)}
-        specs = {s["name"]: s for s in tool_specs(profiles)}
-        specs["create_session"]["parameters"] = run.schema(list(profiles))  # budget: optional
-        tools = [
-            types.Tool(name=name, description=specs[name]["description"],
-                       input_schema=specs[name]["parameters"])
-            for name in TOOL_NAMES[:4]
-        ]
-        tools.append(types.Tool(name=run.NAME, description=run.DESCRIPTION,
-                                input_schema=run.schema(list(profiles))))
-        tools.append(types.Tool(name=runs.NAME,
-                                description=f"{specs[runs.NAME]['description']} {runs.TASKS}",
-                                input_schema=specs[runs.NAME]["parameters"]))
-        tools.append(types.Tool(name="list_sessions", description=LIST_DESCRIPTION,
-                                input_schema=LIST_SCHEMA))
-        tools.append(types.Tool(name="send_message", description=specs["send_message"][
-            "description"], input_schema=specs["send_message"]["parameters"]))
-        return tools
+        return definitions({name: loaded.profile
+                            for name, loaded in self.engine.profiles.items()})
 
     async def _list_tools(
         self, ctx: Context, params: types.PaginatedRequestParams | None
@@ -246,6 +221,9 @@ class SubsessionsMcp:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name}")
         arguments = params.arguments or {}
         client, own = self.caller(ctx) if name in TASK_TOOLS else (self.client_for(ctx), False)
+        if not own and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            # a handshake client is told of new rollouts unasked (2026-07-28: on listen)
+            client.run_beside(push_list_changes(client, ctx.session))
         try:
             return await self._tool(ctx, client, name, arguments)
         finally:

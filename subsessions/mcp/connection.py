@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from subsessions import access
 from subsessions.config import SessionConfig
@@ -33,6 +35,7 @@ class ClientConnection:
         self._session: Session | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        self._beside: asyncio.Task[None] | None = None
         self.tasks = TaskRegistry()  # its MCP Tasks (run_session), known to it only
 
     def __repr__(self) -> str:
@@ -57,11 +60,25 @@ class ClientConnection:
                 self._session = session
             return self._session
 
+    def run_beside(self, work: Coroutine[Any, Any, None]) -> None:
+        """`work` runs while the connection lives, ended when it closes; only the first one
+        given (later ones are dropped unstarted)."""
+        if self._beside is not None or self._closed:
+            work.close()
+            return
+        self._beside = asyncio.get_running_loop().create_task(
+            work, name="subsessions-mcp-connection")
+
     async def close(self) -> None:
         """The client went away: end its tasks, abort its children, forget its session."""
         async with self._lock:  # a session being made now is made, then destroyed here
             self._closed = True
             session, self._session = self._session, None
+        if self._beside is not None:
+            self._beside.cancel()
+            await asyncio.wait((self._beside,))
+            if not self._beside.cancelled() and self._beside.exception() is not None:
+                log.error("MCP connection work failed", exc_info=self._beside.exception())
         await self.tasks.close()
         if session is None:
             return

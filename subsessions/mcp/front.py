@@ -7,7 +7,9 @@ its tools. So the process answers from a front `Server` built on the SDK alone: 
 version, instructions and capabilities of `SubsessionsMcp`'s own (a test holds them equal),
 every other method forwarded to the app. The app (the model client, the engine, Ray) is built
 once the host has its answer (`notifications/initialized`), or by the first request that
-needs it; a request waits for it, so `tools/list` is complete whenever it is answered.
+needs it, which waits for it. `tools/list` does not: it is answered from the profiles
+(`subsessions.mcp.catalog`, which the engine is then built on), so a host's first turn has
+every tool however long the engine takes.
 
 This module imports the MCP SDK and nothing else of the package but its version: importing
 the engine here would be paying for it before the handshake again.
@@ -21,7 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
@@ -40,9 +42,9 @@ INSTRUCTIONS = (
     "sub-sessions. The transcript of each of this connection's sessions is the resource "
     "rollout://{session_id}."
 )
-# What `SubsessionsMcp` serves on stdio besides `ping`, with each method's params type.
+# What `SubsessionsMcp` serves on stdio besides `ping` and `tools/list` (answered here), with
+# each method's params type.
 FORWARDED: dict[str, type[BaseModel]] = {
-    "tools/list": types.PaginatedRequestParams,
     "tools/call": types.CallToolRequestParams,
     "resources/list": types.PaginatedRequestParams,
     "resources/templates/list": types.PaginatedRequestParams,
@@ -51,6 +53,32 @@ FORWARDED: dict[str, type[BaseModel]] = {
     "tasks/get": types.GetTaskRequestParams,
     "tasks/cancel": types.CancelTaskRequestParams,
 }
+
+
+class SubsessionsServer(Server[Any]):
+    """The SDK's lowlevel `Server`, advertising only the changes it tells of, on either wire:
+    the rollout list changes (`subsessions.mcp.resources` tells), the tools never do (the
+    profiles they name are read once, at start), and no one resource's content is followed
+    (`subscribe`). The SDK would advertise all three wherever `subscriptions/listen` is
+    served (ours is for task notifications), and none on the handshake wire."""
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        told = NotificationOptions(resources_changed=True)
+        found = super().get_capabilities(told, experimental_capabilities, extensions,
+                                         protocol_version=protocol_version)
+        update: dict[str, Any] = {}
+        if found.tools is not None:
+            update["tools"] = types.ToolsCapability(list_changed=False)
+        if found.resources is not None:
+            update["resources"] = types.ResourcesCapability(subscribe=False, list_changed=True)
+        return found.model_copy(update=update)
 
 
 class Serving(Protocol):
@@ -96,8 +124,7 @@ class Deferred(Generic[App]):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise MCPError(code=types.INTERNAL_ERROR,
-                           message=f"subsessions could not start: {exc}") from None
+            raise _not_started(exc) from None
 
     async def stop(self) -> None:
         """A build still under way is cancelled and waited for (its `finally` clauses run)."""
@@ -108,11 +135,25 @@ class Deferred(Generic[App]):
             self._task.exception()  # retrieved: its failure is `failed`'s to tell
 
 
-def front_server(deferred: Deferred[Any]) -> Server[Any]:
-    """The stdio server: answers the handshake at once, forwards the rest to the app."""
-    server: Server[Any] = Server(NAME, version=__version__, instructions=INSTRUCTIONS)
+def front_server(
+    deferred: Deferred[Any], tools: Callable[[], types.ListToolsResult]
+) -> Server[Any]:
+    """The stdio server: answers the handshake and `tools/list` (from `tools()`, which reads
+    the profiles, not the engine) at once, and forwards the rest to the app."""
+    server = SubsessionsServer(NAME, version=__version__, instructions=INSTRUCTIONS)
     for method, params_type in FORWARDED.items():
         server.add_request_handler(method, params_type, _forward(deferred, method))
+
+    async def list_tools(ctx: Context, params: types.PaginatedRequestParams | None
+                         ) -> types.ListToolsResult:
+        if deferred.failed.done():  # told as every other request is
+            raise _not_started(deferred.failed.result())
+        try:
+            return tools()
+        except Exception as exc:  # the home or a profile: what the engine would refuse
+            raise _not_started(exc) from None
+
+    server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
 
     async def initialized(ctx: Context, params: types.NotificationParams) -> None:
         deferred.start()  # the host has its answer: now the engine
@@ -121,6 +162,10 @@ def front_server(deferred: Deferred[Any]) -> Server[Any]:
                                     initialized)
     server.extensions[TASKS_EXTENSION] = {}
     return server
+
+
+def _not_started(exc: Exception) -> MCPError:
+    return MCPError(code=types.INTERNAL_ERROR, message=f"subsessions could not start: {exc}")
 
 
 def _forward(deferred: Deferred[Any], method: str) -> Callable[[Context, Any], Awaitable[Any]]:

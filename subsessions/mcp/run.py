@@ -10,24 +10,13 @@ from typing import Any, Literal
 
 import mcp_types as types
 
-from subsessions import specs
 from subsessions.errors import ChildCancelled, SubsessionError
 from subsessions.handlers import subsessions as subsession_tools
+from subsessions.mcp import catalog
 from subsessions.session import Session
 
-NAME = "run_session"
-DESCRIPTION = (
-    "Run one sub-session from a profile to its end and return its final message (with "
-    "progress notifications while it runs). Clients that negotiate MCP Tasks get a task at "
-    "once instead. `budget` limits its turns, tokens and seconds."
-)
+NAME = catalog.RUN
 Outcome = Literal["completed", "cancelled"]
-
-
-def schema(profile_names: list[str]) -> dict[str, Any]:
-    """`create_session`'s schema, `budget` optional (MCP callers may omit it)."""
-    create = specs.create_schema(profile_names)
-    return {**create, "required": ["session_type", "prompt"]}
 
 
 async def start(session: Session, arguments: dict[str, Any], call_id: str) -> str:

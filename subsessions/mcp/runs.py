@@ -18,12 +18,11 @@ from subsessions.errors import SubsessionError
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.handlers.subsessions import RunPlan
 from subsessions.manager import SubsessionManager
-from subsessions.mcp import run
+from subsessions.mcp import catalog, run
 from subsessions.profiles import Profile
 from subsessions.session import Session
 
-NAME = "run_sessions"
-TASKS = "Clients that negotiate MCP Tasks get one task for the whole run at once."
+NAME = catalog.RUNS
 
 
 class Tracked:

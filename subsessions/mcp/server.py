@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import importlib
 import math
 import os
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
 
     from subsessions.mcp.app import SubsessionsMcp
+    from subsessions.mcp.catalog import Catalog
     from subsessions.mcp.front import Deferred
 
 ALLOW_REMOTE_ENV = "SUBSESSIONS_MCP_ALLOW_REMOTE"
@@ -53,6 +55,9 @@ DEFAULT_SESSION_IDLE_TIMEOUT = 120.0  # seconds; the SDK's own default is 30 min
 # 30 days: past any sensible idle time, and far inside what every clock and timer it feeds
 # can hold (a task's `ttlMs` is an integer on the wire; `inf` or 1e306 seconds is not).
 MAX_SESSION_IDLE_TIMEOUT = 30 * 24 * 3600.0
+# What building the app imports (the openai SDK among them), imported off the event loop.
+_APP_MODULES = ("subsessions.mcp.app", "subsessions.models.openai_chat",
+                "subsessions.models.openai_responses", "subsessions.ray.backend")
 _SDK_MODULES = {"mcp", "mcp_types", "uvicorn", "starlette", "anyio", "httpx2", "sse_starlette"}
 
 
@@ -131,16 +136,19 @@ async def _main(
 ) -> int:
     from subsessions.mcp.front import Deferred, front_server
 
+    catalog = _catalog(home)
     async with contextlib.AsyncExitStack() as stack:
         if http is not None:
-            app = await _open_app(home, settings, stack, idle_timeout, http=True)
+            app = await _open_app(settings, catalog, stack, idle_timeout, http=True)
             signalled = await _serve_http(app, *http, idle_timeout)
             return 0 if signalled is None else 128 + signalled
-        deferred = Deferred(partial(_open_app, home, settings, stack, idle_timeout, http=False))
+        deferred = Deferred(partial(_open_app, settings, catalog, stack, idle_timeout,
+                                    http=False))
         # An engine that cannot be built: one line now; every request is told why (the host
         # shows it), and the process ends with 1 when the host closes stdin.
         deferred.failed.add_done_callback(_tell_failure)
-        signalled = await _serve_stdio(front_server(deferred), deferred)
+        front = front_server(deferred, lambda: catalog().tools())
+        signalled = await _serve_stdio(front, deferred)
         if signalled is None:
             return 1 if deferred.failed.done() else 0
         # The SDK reads stdin in a worker thread that only a line or EOF can end, so
@@ -151,17 +159,40 @@ async def _main(
         os._exit(128 + signalled)
 
 
+def _import(names: tuple[str, ...]) -> None:
+    for name in names:
+        importlib.import_module(name)
+
+
+def _catalog(home: Path) -> Callable[[], Catalog]:
+    """The home's catalog (the profiles, the tools they make), imported and read when first
+    asked for: `initialize` is answered before."""
+
+    @functools.cache
+    def catalog() -> Catalog:
+        from subsessions.mcp.catalog import Catalog
+
+        return Catalog(home)
+
+    return catalog
+
+
 def _tell_failure(failed: asyncio.Future[Exception]) -> None:
     if not failed.cancelled():
         print(f"subsessions: {error_text(failed.result())}", file=sys.stderr, flush=True)
 
 
-async def _open_app(home: Path, settings: Settings, stack: contextlib.AsyncExitStack,
-                    idle_timeout: float, *, http: bool) -> SubsessionsMcp:
-    """The model client, the engine (Ray's too) and the app; `stack` closes them in the
-    reverse order. Over stdio this runs after the handshake (see `subsessions.mcp.front`);
-    the imports go to a thread, so the loop keeps answering meanwhile."""
-    await asyncio.to_thread(importlib.import_module, "subsessions.mcp.app")
+async def _open_app(settings: Settings, catalog: Callable[[], Catalog],
+                    stack: contextlib.AsyncExitStack, idle_timeout: float, *,
+                    http: bool) -> SubsessionsMcp:
+    """The model client, the engine (Ray's too, on the profiles `tools/list` named) and the
+    app; `stack` closes them in the reverse order. Over stdio this runs after the handshake
+    (see `subsessions.mcp.front`); the imports go to a thread, so the loop keeps answering
+    meanwhile, once the profiles are read (`tools/list` answers from them: a thread importing
+    beside it would hold the GIL while it reads them)."""
+    listed = catalog()
+    profiles = listed.profiles()
+    await asyncio.to_thread(_import, _APP_MODULES)
     from subsessions.engine import Engine
     from subsessions.mcp.app import SubsessionsMcp
     from subsessions.models.factory import build_model_client
@@ -169,7 +200,7 @@ async def _open_app(home: Path, settings: Settings, stack: contextlib.AsyncExitS
 
     client = build_model_client(settings)
     stack.push_async_callback(client.aclose)
-    engine = Engine(home, model_client=client, model=settings.model,
+    engine = Engine(listed.home, model_client=client, model=settings.model, profiles=profiles,
                     model_provider=settings.model_provider, mcp_servers=settings.mcp_servers,
                     mcp_source=settings.source, backend=backend_from(settings))
     stack.push_async_callback(engine.close)

@@ -7,8 +7,12 @@ rest are left out, as an unknown id would be. Each notification is the whole
 `DetailedTask` `tasks/get` would answer, sent whenever a task's status or status
 message (turns, tokens) changes; the stream ends gracefully once every honored task
 has ended and been told. An open stream keeps its tasks' leases alive (an open GET
-stream keeps an HTTP session alive the same way). We publish no list changes, so the
-core kinds are never honored.
+stream keeps an HTTP session alive the same way).
+
+Of the core kinds, `resourcesListChanged` is honored where there is a connection (not over
+stateless HTTP): `notifications/resources/list_changed` each time the connection's rollout
+list changes, and the stream stays open until the client closes it. The tools never change,
+and no resource's content is followed, so those kinds are never honored.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from pydantic import BaseModel
 
+from subsessions.mcp.connection import ClientConnection
 from subsessions.mcp.progress import PROGRESS_INTERVAL
-from subsessions.mcp.task_store import TERMINAL, McpTask
+from subsessions.mcp.resources import list_changes, listed_ids
+from subsessions.mcp.task_store import TERMINAL, McpTask, TaskRegistry
 from subsessions.mcp.tasks import Context, Hosting, describe, require_tasks
 
 
@@ -61,14 +67,32 @@ class TaskListener:
             require_tasks(ctx)
         registry = self._hosting.registry(ctx)
         tasks = [t for t in map(registry.lookup, wanted) if t is not None]
+        watched, told = None, frozenset[str]()
+        if params.notifications.resources_list_changed and not self._hosting.stateless(ctx):
+            watched = self._hosting.client_for(ctx)
+            told = listed_ids(watched)  # what the client lists once acknowledged
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
-        honored = types.SubscriptionFilter.model_validate(
-            {"taskIds": [t.task_id for t in tasks]} if tasks else {})
+        honored: dict[str, Any] = {"taskIds": [t.task_id for t in tasks]} if tasks else {}
+        if watched is not None:
+            honored["resourcesListChanged"] = True
         await ctx.session.send_notification(
             types.SubscriptionsAcknowledgedNotification(
                 params=types.SubscriptionsAcknowledgedNotificationParams(
-                    notifications=honored, _meta=meta)),
+                    notifications=types.SubscriptionFilter.model_validate(honored),
+                    _meta=meta)),
             related_request_id=subscription_id)
+        if watched is None:
+            await self._tell_tasks(ctx, registry, tasks, meta)
+            return types.SubscriptionsListenResult(_meta=meta)
+        async with asyncio.TaskGroup() as group:  # until the client closes the stream
+            group.create_task(self._tell_tasks(ctx, registry, tasks, meta))
+            group.create_task(_tell_list_changes(ctx, watched, told, meta))
+        return types.SubscriptionsListenResult(_meta=meta)  # not reached: resources go on
+
+    async def _tell_tasks(self, ctx: Context, registry: TaskRegistry, tasks: list[McpTask],
+                          meta: dict[str, Any]) -> None:
+        """Each task as `tasks/get` would answer it, whenever it changes, until all ended."""
+        subscription_id = meta[SUBSCRIPTION_ID_META_KEY]
         told: dict[str, tuple[str, str | None]] = {}
         while tasks:
             for task in tasks:
@@ -82,7 +106,14 @@ class TaskListener:
                     told[task.task_id] = now
             tasks = [t for t in tasks if told[t.task_id][0] not in TERMINAL]
             await _changes(tasks)
-        return types.SubscriptionsListenResult(_meta=meta)
+
+
+async def _tell_list_changes(ctx: Context, client: ClientConnection, told: frozenset[str],
+                             meta: dict[str, Any]) -> None:
+    async for _ in list_changes(client, told):
+        await ctx.session.send_notification(
+            types.ResourceListChangedNotification(params=types.NotificationParams(_meta=meta)),
+            related_request_id=meta[SUBSCRIPTION_ID_META_KEY])
 
 
 async def _changes(tasks: list[McpTask]) -> None:

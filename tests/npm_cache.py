@@ -1,0 +1,53 @@
+"""Judges from npm (the Codex CLI, Claude Code), installed once into a cache and reused.
+
+`installed(package, prefix, find)` returns what `find(prefix)` finds under the install
+(a native binary, checked to be the pinned version), installing `package` with npm into
+`prefix` first when it finds nothing. The test is skipped only when npm is absent or the
+install fails (offline); a half-done install is never reused (it is made beside the cache
+and moved in whole).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT_ENV = "SUBSESSIONS_TESTS_CACHE"
+
+
+def cache_root() -> Path:
+    named = os.environ.get(ROOT_ENV)
+    return Path(named) if named else Path.home() / ".cache" / "subsessions-tests"
+
+
+def installed(package: str, prefix: Path, find: Callable[[Path], Path | None]) -> Path:
+    found = find(prefix)
+    if found is not None:
+        return found
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip(f"npm is not installed (apt-get install nodejs npm), so {package} cannot "
+                    "be installed to judge us")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    staging = prefix.with_name(f"{prefix.name}.installing-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        done = subprocess.run(
+            [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund",
+             "--no-save", package],
+            capture_output=True, text=True, timeout=600, check=False)
+        if done.returncode != 0 or find(staging) is None:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            pytest.skip(f"npm could not install {package} (offline?): {last}")
+        shutil.rmtree(prefix, ignore_errors=True)
+        staging.rename(prefix)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    found = find(prefix)
+    assert found is not None, f"{package} installed into {prefix} but nothing runs"
+    return found
