@@ -56,7 +56,7 @@ DEFAULT_SESSION_IDLE_TIMEOUT = 120.0  # seconds; the SDK's own default is 30 min
 # can hold (a task's `ttlMs` is an integer on the wire; `inf` or 1e306 seconds is not).
 MAX_SESSION_IDLE_TIMEOUT = 30 * 24 * 3600.0
 # What building the app imports (the openai SDK among them), imported off the event loop.
-_APP_MODULES = ("subsessions.mcp.app", "subsessions.models.openai_chat",
+_APP_MODULES = ("subsessions.mcp.app", "subsessions.cli.engine", "subsessions.models.openai_chat",
                 "subsessions.models.openai_responses", "subsessions.ray.backend")
 _SDK_MODULES = {"mcp", "mcp_types", "uvicorn", "starlette", "anyio", "httpx2", "sse_starlette"}
 
@@ -193,17 +193,10 @@ async def _open_app(settings: Settings, catalog: Callable[[], Catalog],
     listed = catalog()
     profiles = listed.profiles()
     await asyncio.to_thread(_import, _APP_MODULES)
-    from subsessions.engine import Engine
+    from subsessions.cli.engine import engine_from_settings
     from subsessions.mcp.app import SubsessionsMcp
-    from subsessions.models.factory import build_model_client
-    from subsessions.ray.backend import backend_from
 
-    client = build_model_client(settings)
-    stack.push_async_callback(client.aclose)
-    engine = Engine(listed.home, model_client=client, model=settings.model, profiles=profiles,
-                    model_provider=settings.model_provider, mcp_servers=settings.mcp_servers,
-                    mcp_source=settings.source, backend=backend_from(settings))
-    stack.push_async_callback(engine.close)
+    engine = await stack.enter_async_context(engine_from_settings(listed.home, settings, profiles))
     return SubsessionsMcp(engine, settings, http=http, idle_timeout=idle_timeout)
 
 
