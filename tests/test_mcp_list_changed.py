@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mcp")
+pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
 
 from fake_openai import FakeOpenAI, fake_openai
 from mcp import Client, ClientSession, stdio_client
