@@ -15,7 +15,7 @@ Further phases: `gather(wait_child)` against `wait_all(ids)`; N = 1,000 with 100
 latency against the anchor; RSS growth per in-flight child (each size in a fresh process,
 children held at their model call); a budget on every child against none.
 gc.freeze() is not used; the collector starts at Python's default thresholds, and the engine
-paces it while open (subsessions/collector.py); the fan-out also runs with the engine told not
+paces it while open (subsessions/_util/collector.py); the fan-out also runs with the engine told not
 to (`pace_collector=False`), and prints both.
 Run: python bench/fanout.py [--sizes 1000,10000,100000] [--rounds 3] [--dir /dev/shm]
 """

@@ -16,8 +16,8 @@ from subsessions.children import (
     WaitResult,
 )
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
-from subsessions.control.paths import ControlUnavailable
-from subsessions.engine import Engine
+from subsessions.engine.control.paths import ControlUnavailable
+from subsessions.engine.facade import Engine
 from subsessions.environment import EnvPolicy
 from subsessions.errors import (
     BatchError,

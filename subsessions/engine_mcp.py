@@ -47,7 +47,7 @@ class McpSources:
 def _mcp_servers(tables: Mapping[str, Any], source: str) -> Any:
     """An `McpServers` for the tables; the MCP SDK is an optional extra."""
     try:
-        from subsessions.mcp.client import McpServers
+        from subsessions.tools.mcp.client import McpServers
     except ImportError:
         raise ConfigError(source, "mcp_servers", "needs the MCP SDK: pip install "
                           "'subsessions[mcp]'") from None

@@ -17,7 +17,7 @@ from typing import Any
 
 from attrs import define, field, frozen
 
-from subsessions.clock import clock
+from subsessions._util.clock import clock
 
 log = logging.getLogger("subsessions")
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from attrs import define, field
 
+from subsessions._util.clock import clock
 from subsessions.budget import Budget, left
-from subsessions.clock import clock
 from subsessions.errors import BudgetExhausted
 
 Stop = Callable[[BudgetExhausted], None]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from attrs import define, field
 
-from subsessions import collector
+from subsessions._util import collector
 from subsessions.dispatch import Dispatcher
 from subsessions.errors import EngineClosed, StillRunning
 from subsessions.models.base import ModelClient

@@ -12,10 +12,10 @@ from typing import Any
 
 from attrs import evolve, field, frozen
 
+from subsessions._util.safe_read import NotReadable, read_regular
+from subsessions._util.urls import is_loopback, url_problem
 from subsessions.environment import EnvPolicy, env_policy_from_table
 from subsessions.errors import ConfigError, MissingApiKey
-from subsessions.safe_read import NotReadable, read_regular
-from subsessions.urls import is_loopback, url_problem
 
 WIRE_APIS = ("responses", "chat")
 

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from subsessions import Engine
-from subsessions.control import paths
+from subsessions.engine.control import paths
 
 BOUND = 10.0  # seconds any one answer may take
 

@@ -38,8 +38,8 @@ from subsessions import (
     SessionConfig,
     Tool,
 )
+from subsessions._util.clock import clock
 from subsessions.budget import parse_budget
-from subsessions.clock import clock
 from subsessions.config import derive_config
 from subsessions.profiles import parse_profile
 

@@ -28,8 +28,8 @@ from scripting import (
 from scripting import script as script  # the fixture
 
 from subsessions import ChildCancelled, ChildStatus, Engine, EngineClosed, Hooks, SessionConfig
-from subsessions.control import client, paths
-from subsessions.control.rpc import MAX_LINE, UNKNOWN_SESSION
+from subsessions.engine.control import client, paths
+from subsessions.engine.control.rpc import MAX_LINE, UNKNOWN_SESSION
 from subsessions.events import SessionEvent
 
 CONFIG = SessionConfig(custom_agents=(WORKER,), control=True)

@@ -19,9 +19,9 @@ from scripting import WORKER, Script, spawn_held
 from scripting import script as script  # the fixture
 
 from subsessions import Engine, SessionConfig, UnsafeHome
-from subsessions.control import client, paths, server
-from subsessions.control.paths import ControlUnavailable
-from subsessions.control.rpc import (
+from subsessions.engine.control import client, paths, server
+from subsessions.engine.control.paths import ControlUnavailable
+from subsessions.engine.control.rpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     MAX_LINE,

@@ -21,9 +21,9 @@ from mcp_support import http_server
 from subsessions import Engine, Profile, ScriptedModel, SessionConfig
 from subsessions.config import Invocation, Tool
 from subsessions.errors import ConfigError, SubsessionError
-from subsessions.mcp.client import McpServers, McpToolError, tool_name
-from subsessions.mcp.config import McpServerConfig, parse_mcp_servers
 from subsessions.models.base import ModelRequest
+from subsessions.tools.mcp.client import McpServers, McpToolError, tool_name
+from subsessions.tools.mcp.config import McpServerConfig, parse_mcp_servers
 
 __all__ = ["fake_openai"]
 

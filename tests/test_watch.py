@@ -21,7 +21,7 @@ from watch_support import (
 )
 
 from subsessions.cli import main
-from subsessions.demo import run_demo
+from subsessions.cli.demo import run_demo
 from subsessions.rollouts import read_rollout, rollout_files
 from subsessions.watch.cells import amount
 from subsessions.watch.follower import Follower

@@ -53,7 +53,7 @@ def _reader_gone() -> int:
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "demo":
-        from subsessions.demo import run_demo
+        from subsessions.cli.demo import run_demo
 
         if args.home is not None:
             return asyncio.run(run_demo(args.home, out))

@@ -24,7 +24,7 @@ from subsessions.budget import Budget
 from subsessions.cli import batch_progress as progress
 from subsessions.cli.engine import engine_from_settings
 from subsessions.config import SessionConfig
-from subsessions.control import CONTROL_HELP
+from subsessions.engine.control import CONTROL_HELP
 from subsessions.errors import BatchError, ConfigError, UnknownSessionType
 from subsessions.profiles import load_profiles
 from subsessions.settings import Settings, default_home, with_overrides

@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
-from subsessions.engine import Engine
+from subsessions.engine.facade import Engine
 from subsessions.models.factory import build_model_client
 from subsessions.profiles import LoadedProfile
 from subsessions.ray.backend import backend_from

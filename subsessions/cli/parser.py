@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from subsessions._version import __version__
-from subsessions.control import CONTROL_HELP
+from subsessions.engine.control import CONTROL_HELP
 from subsessions.mcp.server import idle_timeout_option
 
 

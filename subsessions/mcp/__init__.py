@@ -1,6 +1,3 @@
-"""MCP both ways (needs the optional `[mcp]` extra, the official `mcp` SDK).
-
-- `subsessions.mcp.server`: `subsessions mcp`, the sub-session tools served to MCP hosts.
-- `subsessions.mcp.client`: `McpServers`, MCP servers' tools offered to sessions as
-  `mcp__{server}__{tool}`.
-"""
+"""`subsessions mcp`: the sub-session tools served to MCP hosts (needs the optional `[mcp]`
+extra, the official `mcp` SDK). MCP servers used *by* sessions are a tool source, in
+`subsessions.tools.mcp`."""

@@ -34,7 +34,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from subsessions._version import __version__
 from subsessions.children import ChildInfo
-from subsessions.engine import Engine
+from subsessions.engine.facade import Engine
 from subsessions.errors import SubsessionError, error_text
 from subsessions.handlers import subsessions as subsession_tools
 from subsessions.mcp import run, runs

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-from subsessions import access
 from subsessions.config import SessionConfig
-from subsessions.engine import Engine
+from subsessions.engine import access
+from subsessions.engine.facade import Engine
 from subsessions.errors import EngineClosed, UnknownSession
 from subsessions.instructions import with_base_instructions
 from subsessions.mcp.task_store import TaskRegistry

@@ -39,9 +39,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from subsessions._util.urls import is_loopback_host
 from subsessions.errors import ConfigError, SubsessionError, error_text
 from subsessions.settings import Settings, api_key
-from subsessions.urls import is_loopback_host
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server

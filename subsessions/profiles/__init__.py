@@ -15,9 +15,9 @@ from typing import Any
 
 from attrs import field, frozen
 
+from subsessions._util.safe_read import NotReadable, read_regular
 from subsessions.budget import Budget, parse_budget
 from subsessions.errors import InvalidArguments, ProfileError, UnknownSessionType
-from subsessions.safe_read import NotReadable, read_regular
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _MAX_PROFILE_BYTES = 1 << 20

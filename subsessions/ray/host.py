@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from attrs import define, evolve, field, fields
 
 from subsessions import otel
-from subsessions.clock import clock
+from subsessions._util.clock import clock
 from subsessions.config import Hooks, Invocation
 from subsessions.conversation import Child, Conversation
 from subsessions.dispatch import call_maybe_async

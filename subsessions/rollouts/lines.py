@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from subsessions.clock import clock
+from subsessions._util.clock import clock
 from subsessions.errors import RolloutError
 
 # Called on the event loop once a chunk is in its file (None) or could not be written.

@@ -11,8 +11,8 @@ import os
 import time
 from typing import Any
 
+from subsessions._util.clock import clock
 from subsessions._version import __version__
-from subsessions.clock import clock
 
 PID = os.getpid()
 # A task ends in one of these ways; `cancelled_by` says who stopped a cancelled one.

@@ -19,9 +19,9 @@ from typing import Any
 
 from attrs import define, field
 
-from subsessions import access
 from subsessions._version import __version__
-from subsessions.engine import Engine
+from subsessions.engine import access
+from subsessions.engine.facade import Engine
 from subsessions.errors import SessionBusy, UnknownSession
 from subsessions.instructions import with_base_instructions
 from subsessions.serve import history

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from attrs import define, field
 
-from subsessions.control.rpc import (  # the one JSON-RPC error type and its codes
+from subsessions.engine.control.rpc import (  # the one JSON-RPC error type and its codes
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,

@@ -20,7 +20,7 @@ from typing import Any
 
 from attrs import define, field
 
-from subsessions.clock import clock
+from subsessions._util.clock import clock
 from subsessions.config import Hooks
 from subsessions.errors import error_text
 from subsessions.events import SessionEvent

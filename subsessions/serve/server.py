@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from subsessions.cli.engine import engine_from_settings
-from subsessions.engine import Engine
+from subsessions.engine.facade import Engine
 from subsessions.errors import ConfigError
 from subsessions.serve.connection import Connection
 from subsessions.serve.framing import READ_AHEAD, FramingError

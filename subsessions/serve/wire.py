@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
+from subsessions._util.clock import clock
 from subsessions._version import __version__
-from subsessions.clock import clock
 
 PRODUCER = "subsessions"
 Describe = Callable[[str], tuple[str, str]]  # agent name -> (display name, description)

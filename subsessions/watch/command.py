@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from subsessions.control.paths import clear_stale
+from subsessions.engine.control.paths import clear_stale
 from subsessions.errors import InvalidArguments, RolloutError, SubsessionError
 from subsessions.watch.cells import plain_table
 from subsessions.watch.follower import PER_POLL, Follower

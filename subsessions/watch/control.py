@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from subsessions.control.client import owner, request
-from subsessions.control.paths import ControlUnavailable
-from subsessions.control.rpc import RpcError
+from subsessions.engine.control.client import owner, request
+from subsessions.engine.control.paths import ControlUnavailable
+from subsessions.engine.control.rpc import RpcError
 
 NO_SOCKET = ("{what}: no engine with a control socket runs {short} (start it with "
              "`subsessions run --control` or `batch --control`)")

@@ -18,7 +18,7 @@ from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, fake_openai, t
 from openai_support import TIMEOUT, Held, run, start, tool_outputs
 from test_run_cli import WORKER_INSTRUCTIONS, make_home
 
-from subsessions.control import client, paths
+from subsessions.engine.control import client, paths
 
 __all__ = ["fake_openai"]  # the fixture, imported so that pytest finds it here
 

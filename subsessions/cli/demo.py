@@ -18,10 +18,10 @@ from typing import Any, TextIO
 
 import orjson
 
+from subsessions.cli.demo_work import run_work_scene
 from subsessions.cli.rollouts import print_tree
 from subsessions.config import SessionConfig
-from subsessions.demo_work import run_work_scene
-from subsessions.engine import Engine
+from subsessions.engine.facade import Engine
 from subsessions.models.base import ModelRequest
 from subsessions.models.scripted import ScriptedModel, ScriptResponse
 from subsessions.profiles import load_profiles

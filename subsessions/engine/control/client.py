@@ -12,8 +12,8 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from subsessions.control import paths, rpc
-from subsessions.control.paths import ControlUnavailable
+from subsessions.engine.control import paths, rpc
+from subsessions.engine.control.paths import ControlUnavailable
 
 TIMEOUT = 10.0  # seconds one request may take (a cancel waits for the child's ending)
 MAX_ANSWER = 256 * 1024 * 1024  # one answer line (a listing of 100,000 sessions is ~30 MB)

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import orjson
 
 from subsessions.config import SessionConfig
-from subsessions.engine import Engine
+from subsessions.engine.facade import Engine
 from subsessions.models.base import ModelRequest
 from subsessions.models.scripted import ScriptedModel, ScriptResponse
 from subsessions.profiles import LoadedProfile

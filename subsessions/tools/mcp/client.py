@@ -18,7 +18,7 @@ Failures stay with the server that has them, and each is one clear error:
   server that then fails to start stays down and its calls fail with the reason).
 
 Each server runs in a task of its own that holds the SDK's connection (see
-`subsessions.mcp.link`); a stdio server's stderr is read through a pipe, logged at
+`subsessions.tools.mcp.link`); a stdio server's stderr is read through a pipe, logged at
 DEBUG, and its last lines are quoted in errors.
 """
 
@@ -39,8 +39,8 @@ from mcp.shared.exceptions import MCPError
 
 from subsessions.config import Invocation, Tool
 from subsessions.errors import McpToolError, SubsessionError
-from subsessions.mcp.config import McpServerConfig, parse_mcp_servers
-from subsessions.mcp.link import Link, describe
+from subsessions.tools.mcp.config import McpServerConfig, parse_mcp_servers
+from subsessions.tools.mcp.link import Link, describe
 
 log = logging.getLogger("subsessions.mcp")
 

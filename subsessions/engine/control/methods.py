@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from attrs import frozen
 
 from subsessions.children import ChildInfo
-from subsessions.control.rpc import INVALID_PARAMS, SESSION_ERROR, UNKNOWN_SESSION, RpcError
+from subsessions.engine.control.rpc import INVALID_PARAMS, SESSION_ERROR, UNKNOWN_SESSION, RpcError
 from subsessions.errors import SessionBusy, SubsessionError, UnknownSession, echo
 from subsessions.events import SessionEvent
 from subsessions.manager import SubsessionManager
@@ -28,7 +28,7 @@ from subsessions.runtime import Runtime
 from subsessions.session import Session
 from subsessions.session_state import Phase
 
-log = logging.getLogger("subsessions.control")
+log = logging.getLogger("subsessions.engine.control")
 MAX_MESSAGE = 256 * 1024  # characters of one sent message
 _LAST = 200  # characters of a last message in a listing
 _TRIES = 100  # a follow-up waits for this many other tasks of its session at most

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from subsessions.control.server import ControlServer
 from subsessions.dispatch import Dispatcher
+from subsessions.engine.control.server import ControlServer
 from subsessions.engine_mcp import McpSources
 from subsessions.runtime import Runtime
 from subsessions.session import Session

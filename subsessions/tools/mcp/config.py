@@ -20,8 +20,8 @@ from typing import Any
 
 from attrs import frozen
 
+from subsessions._util.urls import url_problem
 from subsessions.errors import ConfigError
-from subsessions.urls import url_problem
 
 DEFAULT_STARTUP_TIMEOUT_MS = 10_000
 DEFAULT_TOOL_TIMEOUT_MS = 60_000

@@ -17,7 +17,7 @@ import os
 from collections.abc import Container
 from pathlib import Path
 
-from subsessions.engine import OPEN_IN_THIS_PROCESS, Engine
+from subsessions.engine.facade import OPEN_IN_THIS_PROCESS, Engine
 from subsessions.errors import UnknownSession
 from subsessions.ids import MAX_ID_LENGTH, is_session_id
 from subsessions.rollouts.files import rollout_entries

@@ -26,7 +26,7 @@ from mcp.shared.message import SessionMessage
 
 from subsessions._version import __version__
 from subsessions.errors import error_text
-from subsessions.mcp.config import McpServerConfig
+from subsessions.tools.mcp.config import McpServerConfig
 
 log = logging.getLogger("subsessions.mcp")
 

@@ -16,9 +16,9 @@ from attrs import evolve
 
 from subsessions import resume, task
 from subsessions.config import SessionConfig, derive_config
-from subsessions.control.server import ControlServer
 from subsessions.dispatch import Dispatcher
-from subsessions.engine_close import shut_down
+from subsessions.engine.close import shut_down
+from subsessions.engine.control.server import ControlServer
 from subsessions.engine_mcp import McpSources
 from subsessions.errors import (
     InvalidArguments,

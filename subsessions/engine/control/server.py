@@ -21,11 +21,11 @@ from typing import Any
 
 from attrs import define, field
 
-from subsessions.control import paths, rpc
-from subsessions.control.methods import METHODS, Host, call
-from subsessions.control.rpc import METHOD_NOT_FOUND, REFUSED, RpcError
+from subsessions.engine.control import paths, rpc
+from subsessions.engine.control.methods import METHODS, Host, call
+from subsessions.engine.control.rpc import METHOD_NOT_FOUND, REFUSED, RpcError
 
-log = logging.getLogger("subsessions.control")
+log = logging.getLogger("subsessions.engine.control")
 MAX_CONNECTIONS = 64
 IDLE_SECONDS = 600.0  # a connection that sends nothing this long is closed
 CLOSE_GRACE = 2.0  # seconds a request being answered may take to finish once closing began

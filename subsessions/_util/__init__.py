@@ -1,0 +1,1 @@
+"""Small helpers the rest of the package leans on; nothing here is public."""
