@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from subsessions import Engine, ModelRequest, Profile, ScriptedModel, SessionConfig, collector
+from subsessions import Engine, ModelRequest, Profile, ScriptedModel, SessionConfig
+from subsessions._util import collector
 from subsessions.runtime import FLUSH_SECONDS
 
 HOST = (700, 10, 10)
