@@ -25,7 +25,6 @@ Run: python bench/mcp_tools_list.py [--rounds 8]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -33,17 +32,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO
+
+from mcp_startup import HANDSHAKE, _answer, _line, row  # the same lines, read the same way
 
 ROOT = Path(__file__).resolve().parents[1]
 MINIMAL = [sys.executable, str(ROOT / "bench" / "mcp_startup.py"), "--serve-minimal"]
-HANDSHAKE = "2025-11-25"  # what the SDK's client offers, and what Codex's offers too
 TOOLS = {"create_session", "wait_session", "wait_sessions", "cancel_session", "run_session",
          "run_sessions", "list_sessions", "send_message"}
-
-
-def _line(message: dict[str, object]) -> bytes:
-    return json.dumps(message).encode() + b"\n"
 
 
 AT_ONCE = b"".join((
@@ -53,19 +48,6 @@ AT_ONCE = b"".join((
     _line({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     _line({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}),
 ))
-
-
-def _answer(stdout: IO[bytes], wanted: int) -> dict[str, object]:
-    """The next JSON-RPC response with id `wanted` on the server's stdout."""
-    while True:
-        line = stdout.readline()
-        if not line:
-            raise RuntimeError("the server closed stdout before answering")
-        message = json.loads(line)
-        if message.get("id") == wanted:
-            if "error" in message:
-                raise RuntimeError(f"the server answered an error: {message['error']}")
-            return dict(message)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -115,11 +97,6 @@ def _busy_jiffies() -> int:
     with open("/proc/stat", encoding="ascii") as stat:
         fields = [int(v) for v in stat.readline().split()[1:]]
     return sum(fields) - fields[3] - fields[4]  # minus idle and iowait
-
-
-def row(name: str, values: list[float]) -> str:
-    return (f"{name:<22} min {min(values):6.3f}  median {statistics.median(values):6.3f}  "
-            f"max {max(values):6.3f}  s")
 
 
 def main(rounds: int) -> None:
