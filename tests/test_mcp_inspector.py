@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
 
 from fake_openai import FakeOpenAI, fake_openai
 from mcp_support import Children, server_args
+from npm_cache import cache_root, installed
 
 __all__ = ["fake_openai"]
 
@@ -45,31 +44,8 @@ def _installed(prefix: Path) -> Path | None:
 def inspector() -> Path:
     """The pinned Inspector's launcher, installed with npm into the cache on first use."""
     named = os.environ.get(CACHE_ENV)
-    prefix = Path(named) if named else Path.home() / ".cache" / "subsessions-tests" / (
-        "mcp-inspector")
-    if (found := _installed(prefix)) is not None:
-        return found
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip(f"npm is not installed (apt-get install nodejs npm), so {PACKAGE} "
-                    "cannot be installed to call our MCP server")
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    staging = prefix.with_name(f"{prefix.name}.installing-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:  # installed beside the cache and moved in whole: a half-done install is never used
-        done = subprocess.run(
-            [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund", "--no-save",
-             PACKAGE], capture_output=True, text=True, timeout=600, check=False)
-        if done.returncode != 0 or _installed(staging) is None:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            pytest.skip(f"npm could not install {PACKAGE} (offline?): {last}")
-        shutil.rmtree(prefix, ignore_errors=True)
-        staging.rename(prefix)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    found = _installed(prefix)
-    assert found is not None, f"{PACKAGE} installed into {prefix} but has no launcher"
-    return found
+    prefix = Path(named) if named else cache_root() / "mcp-inspector"
+    return installed(PACKAGE, prefix, _installed)
 
 
 async def inspect(inspector: Path, home: Path, fake: FakeOpenAI, cwd: Path,
