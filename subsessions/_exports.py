@@ -1,5 +1,7 @@
 """The public names of `subsessions`, each from its module (see `subsessions.__init__`)."""
 
+from subsessions._core.manager import SubsessionManager
+from subsessions._core.session import Session
 from subsessions._version import __version__
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
@@ -54,11 +56,9 @@ from subsessions.errors import (
     WorkerLost,
 )
 from subsessions.events import EventStream, SessionEvent
-from subsessions.manager import SubsessionManager
 from subsessions.models import ModelClient, ModelRequest, ModelResponse, ScriptedModel, TokenUsage
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
 from subsessions.ray import RayBackend
-from subsessions.session import Session
 from subsessions.tools import ToolContext
 from subsessions.tools.errors import (
     ApprovalDenied,

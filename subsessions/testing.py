@@ -18,13 +18,13 @@ from typing import Any
 
 import orjson
 
+from subsessions._core.session import Session
 from subsessions.events import SessionEvent
 from subsessions.ids import is_session_id
 from subsessions.models.base import ModelRequest, ModelResponse
 from subsessions.models.scripted import ScriptedModel
 from subsessions.profiles import Profile
 from subsessions.rollouts.reader import Rollout, find_rollout, read_rollout
-from subsessions.session import Session
 
 __all__ = [
     "ENDINGS",

@@ -11,7 +11,7 @@ from openai_support import rollouts, run, tool_outputs
 
 from subsessions import SessionConfig
 from subsessions.config import SUBSESSION_TOOL_NAMES
-from subsessions.instructions import BASE_INSTRUCTIONS, with_base_instructions
+from subsessions.engine.instructions import BASE_INSTRUCTIONS, with_base_instructions
 
 __all__ = ["fake_openai"]
 

@@ -20,13 +20,13 @@ from subsessions import (
     Session,
     SessionConfig,
 )
-from subsessions.child import settle_itself
+from subsessions._core.child import settle_itself
+from subsessions._core.conversation import Child
+from subsessions._core.figures import Figures
+from subsessions._core.kit import Kit
 from subsessions.children import Done, Failed
-from subsessions.conversation import Child
 from subsessions.events import SessionEvent
-from subsessions.figures import Figures
 from subsessions.ids import new_session_id
-from subsessions.kit import Kit
 from subsessions.models.base import TokenUsage
 from subsessions.rollouts.reader import read_rollout
 from subsessions.testing import plain_ending

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from subsessions import Engine, ModelRequest, Profile, ScriptedModel, SessionConfig
+from subsessions._core.runtime import FLUSH_SECONDS
 from subsessions._util import collector
-from subsessions.runtime import FLUSH_SECONDS
 
 HOST = (700, 10, 10)
 WORKER = Profile(name="worker")

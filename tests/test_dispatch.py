@@ -39,7 +39,7 @@ from subsessions import (
     ToolNotSupported,
     UnknownSession,
 )
-from subsessions.dispatch import SubagentInstance
+from subsessions._core.dispatch import SubagentInstance
 from subsessions.events import SessionEvent
 from subsessions.ids import new_session_id
 

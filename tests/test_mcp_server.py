@@ -34,7 +34,7 @@ from mcp_support import (
     server_params,
 )
 
-from subsessions.handlers.subsessions import SCHEMAS, create_schema, run_schema
+from subsessions._core.tool_calls.subsessions import SCHEMAS, create_schema, run_schema
 from subsessions.mcp.app import LIST_SCHEMA
 from subsessions.mcp.server import (
     check_http_host,

@@ -68,7 +68,7 @@ def test_starting_the_mcp_command_imports_neither_engine_nor_model_client() -> N
              "print(' '.join(sorted(sys.modules)))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             check=True, timeout=120).stdout.split()
-    heavy = ("subsessions.engine.facade", "subsessions.session", "subsessions.mcp.app",
+    heavy = ("subsessions.engine.facade", "subsessions._core.session", "subsessions.mcp.app",
              "subsessions.tools", "subsessions.rollouts", "openai", "ray")
     assert not [name for name in heavy if name in loaded]
 
@@ -88,7 +88,7 @@ def test_listing_the_tools_imports_neither_engine_nor_model_client(home: Path) -
              "print(' '.join(sorted(sys.modules)))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             check=True, timeout=120).stdout.split()
-    heavy = ("subsessions.engine.facade", "subsessions.session", "subsessions.mcp.app",
+    heavy = ("subsessions.engine.facade", "subsessions._core.session", "subsessions.mcp.app",
              "subsessions.models.openai_chat", "openai", "ray")
     assert not [name for name in heavy if name in loaded]
 

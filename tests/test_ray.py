@@ -356,8 +356,8 @@ async def test_asyncio_tasks_of_the_backend_are_gone_after_close(
                                       "--profile", "default", "--out", "out.jsonl"]],
                          ids=["run", "serve", "batch"])
 def test_the_ray_flag_without_the_extra_is_one_line(tmp_path: Path, command: list[str]) -> None:
-    """Every command builds its engine the one way (`subsessions.cli.engine`): `serve` once ignored
-    `--ray` and `[ray]` silently, and ran every child in process."""
+    """Every command builds its engine the one way (`engine.from_settings`): `serve` once
+    ignored `--ray` and `[ray]` silently, and ran every child in process."""
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None\n")
     (tmp_path / "in.csv").write_text("city\nParis\n")
     env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin",
@@ -691,3 +691,36 @@ async def test_a_child_that_cannot_be_sent_to_a_shard_fails_and_leaves_no_load(
     pool = _backend(engine).pool
     assert pool is not None and [s.load for s in pool.shards] == [0, 0]
     assert script.seen["never sent"] == []
+
+
+async def test_a_shard_the_cluster_has_no_room_for_does_not_hold_the_engine_back(
+    home: Path, script: Script, ray_cluster: Any
+) -> None:
+    """Three shards asked for, room for two (each takes 0.6 of a worker node's `shard`): the
+    engine starts on the two (Ray keeps the third pending) and its children run there."""
+    options = {"num_cpus": 0, "resources": {"shard": 0.6}}
+    backend = RayBackend(shards=3, model_on_driver=True, actor_options=options)
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        cid = await parent.subsessions.spawn_child("worker", "room?")
+        assert await parent.subsessions.wait_child(cid, timeout=60) == "answer to room?"
+        pool = backend.pool
+        assert pool is not None
+        assert sorted(s.ready for s in pool.shards) == [False, True, True]
+
+
+async def test_by_default_a_shard_starts_on_each_node_that_can_hold_one(
+    home: Path, script: Script, ray_cluster: Any
+) -> None:
+    """The head has no `shard` resource: two worker nodes, two shards (not one per node)."""
+    from ray_support import SHARD_OPTIONS
+
+    backend = RayBackend(model_on_driver=True, actor_options=SHARD_OPTIONS)
+    async with Engine(home, model_client=script.model, backend=backend) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        cid = await parent.subsessions.spawn_child("worker", "count")
+        assert await parent.subsessions.wait_child(cid, timeout=60) == "answer to count"
+        pool = backend.pool
+        assert pool is not None
+        workers = {node.node_id for node in ray_cluster.worker_nodes}
+        assert sorted(s.node_id for s in pool.shards) == sorted(workers)

@@ -31,7 +31,7 @@ from subsessions import (
     SessionConfig,
     Tool,
 )
-from subsessions.instructions import BASE_INSTRUCTIONS
+from subsessions.engine.instructions import BASE_INSTRUCTIONS
 from subsessions.models.factory import build_model_client
 from subsessions.settings import load_settings
 from subsessions.testing import rollout_of, terminals

@@ -17,14 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from subsessions.cli.parser import build_parser, command_word
+from subsessions.cli.parser import build_parser
 from subsessions.errors import ConfigError, SubsessionError, UnknownSessionType
 from subsessions.settings import Settings, default_home, load_settings, with_overrides
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(command_word(argv)).parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         code = _run(args, sys.stdout)
         sys.stdout.flush()  # a reader that went away shows here, not at exit

@@ -22,9 +22,8 @@ from subsessions.batch import planning
 from subsessions.batch.runner import Batch, BatchResult
 from subsessions.budget import Budget
 from subsessions.cli import batch_progress as progress
-from subsessions.cli.engine import engine_from_settings
 from subsessions.config import SessionConfig
-from subsessions.engine.control import CONTROL_HELP
+from subsessions.engine.from_settings import engine_from_settings
 from subsessions.errors import BatchError, ConfigError, UnknownSessionType
 from subsessions.profiles import load_profiles
 from subsessions.settings import Settings, default_home, with_overrides
@@ -37,31 +36,6 @@ KEPT: dict[str, type] = {"model": str, "base_url": str, "wire_api": str, "api_ke
                          "max_depth": int, "max_children": int, "ray": str, "sandbox": str,
                          "network": bool}
 DEFAULT_SANDBOX = "workspace-write"
-
-
-def add_batch_command(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
-    batch = commands.add_parser(
-        "batch", parents=parents,
-        help="one sub-session per row of a CSV or line of a JSONL file, journaled",
-        description="Runs PROFILE once per item of INPUT (.csv with a header row, or .jsonl), "
-        "the prompt a template over the item's fields ({column}; {{ and }} for braces), at "
-        "most --concurrency at once, and writes one line per item to --out (.jsonl or .csv). "
-        "Journaled under HOME/batches/ with its model options (never a key): --resume "
-        "BATCH_ID runs only the items that did not complete, with the limits given then. "
-        "Exit 0 when every item completed.")
-    batch.add_argument("input", nargs="?", help="a .csv or .jsonl file")
-    batch.add_argument("--profile", help="the profile every item's sub-session starts from")
-    batch.add_argument("--prompt", help="the prompt template, e.g. 'Summarise {title}'")
-    batch.add_argument("--out", help="where results go: .jsonl or .csv (a new file)")
-    batch.add_argument("--force", action="store_true", help="replace --out if it exists")
-    batch.add_argument("--concurrency", type=int, help="sub-sessions at once (default 16)")
-    batch.add_argument("--budget-turns", type=int, metavar="N", help="model calls per item")
-    batch.add_argument("--budget-tokens", type=int, metavar="N", help="tokens per item")
-    batch.add_argument("--budget-seconds", type=float, metavar="S", help="seconds per item")
-    batch.add_argument("--resume", metavar="BATCH_ID", help="continue this batch")
-    batch.add_argument("--control", action="store_true", help=CONTROL_HELP)
-    batch.add_argument("--progress-every", type=float, default=5.0, metavar="S",
-                       help="without a terminal: a progress line every S seconds (default 5)")
 
 
 def _budget(args: argparse.Namespace) -> Budget | None:

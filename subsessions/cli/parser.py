@@ -1,17 +1,22 @@
-"""The `subsessions` command line's parser: the options the commands share, and each
-command's arguments. For `mcp` it builds that command's parser only: the other commands'
-modules, imported here to describe themselves, import the engine (`subsessions.cli`)."""
+"""The `subsessions` command line's parser: the options the commands share, `run`, `resume`,
+`mcp` and `profiles` here, the other commands' arguments in `commands`. No engine is
+imported to build it, so `subsessions mcp` answers its client fast."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from subsessions._version import __version__
+from subsessions.cli.commands import (
+    add_batch_command,
+    add_rollout_commands,
+    add_serve_command,
+    add_watch_command,
+    idle_timeout_option,
+)
 from subsessions.engine.control import CONTROL_HELP
-from subsessions.mcp.server import idle_timeout_option
 
 
 class Parser(argparse.ArgumentParser):
@@ -21,20 +26,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def command_word(argv: Sequence[str]) -> str | None:
-    """The command word of `argv` (the first word that is not `--home` or its value)."""
-    words = iter(argv)
-    for word in words:
-        if word == "--home":
-            next(words, None)
-        elif not word.startswith("--home="):
-            return word
-    return None
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The command line's parser; for `mcp`, with that command's parser only (the others
-    import the engine to describe themselves)."""
+def build_parser() -> argparse.ArgumentParser:
     home_help = "state directory (default: $SUBSESSIONS_HOME, else ~/.subsessions)"
     common = Parser(add_help=False)
     # SUPPRESS: a --home given before the command is not overwritten by the command's default
@@ -76,9 +68,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--home", type=Path, default=None, help=home_help)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    if command == "mcp":
-        _add_mcp_command(commands, common, model_options)
-        return parser
     commands.add_parser(
         "demo", parents=[common],
         help="offline demo: a scripted parent fans out, waits, cancels, prints the tree",
@@ -106,11 +95,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     resume.add_argument("--control", action="store_true", help=CONTROL_HELP)
 
     _add_mcp_command(commands, common, model_options)
-    from subsessions.cli.batch import add_batch_command
-    from subsessions.cli.rollouts import add_rollout_commands
-    from subsessions.serve.server import add_serve_command
-    from subsessions.watch.command import add_watch_command
-
     add_serve_command(commands, [common, model_options])
     add_batch_command(commands, [common, model_options, work_options])
 

@@ -26,7 +26,6 @@ from subsessions.rollouts.render import (
     seconds_text,
     wants_colour,
 )
-from subsessions.rollouts.status import STATUSES
 from subsessions.rollouts.summary import (
     RolloutSummary,
     as_record,
@@ -39,48 +38,6 @@ from subsessions.rollouts.values import local_time
 _AGE = re.compile(r"(\d+)([smhd])")
 _SHOWN = 200  # characters of the instructions' first line that `show` prints
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-def add_rollout_commands(commands: Any, common: argparse.ArgumentParser) -> None:
-    colour = argparse.ArgumentParser(add_help=False)
-    colour.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto",
-        help="colour the output (auto: on a terminal unless NO_COLOR is set)",
-    )
-    shared = [common, colour]
-    rollouts = commands.add_parser("rollouts", help="inspect rollout files")
-    actions = rollouts.add_subparsers(dest="action", required=True, metavar="ACTION")
-
-    listing = actions.add_parser(
-        "list", parents=shared, help="sessions, newest first",
-        description="Sessions, newest first. As with grep, the exit code is 1 when no "
-        "session is listed (stderr says why), so a script can test for a match.",
-    )
-    listing.add_argument("--parent", metavar="ID", help="only children of this session")
-    listing.add_argument("--source", help="cli, exec, mcp or subsession")
-    listing.add_argument("--status", choices=STATUSES)
-    listing.add_argument(
-        "--since", metavar="WHEN", help="started at or after: ISO date/time, or an age (30m, 2d)"
-    )
-    listing.add_argument("--limit", type=int, default=50, help="rows per page (0: all)")
-    listing.add_argument("--cursor", metavar="ID", help="the next page: rows older than this id")
-    listing.add_argument("--json", action="store_true", help="one JSON object a line")
-
-    show = actions.add_parser("show", parents=shared, help="a readable transcript")
-    show.add_argument("id", help="a session id or a unique prefix of one")
-
-    tree = actions.add_parser("tree", parents=shared, help="parents, children, grandchildren")
-    tree.add_argument("id", nargs="?", help="the root session (default: every top-level one)")
-
-    tail = actions.add_parser("tail", parents=shared, help="the last records; --follow for more")
-    tail.add_argument("id", help="a session id or a unique prefix of one")
-    tail.add_argument("-n", "--lines", type=int, default=10, help="records to start with")
-    tail.add_argument(
-        "-f", "--follow", action="store_true",
-        help="print records as they are written, until the task ends or its process is gone",
-    )
-    tail.add_argument("--raw", action="store_true", help="the JSONL lines as written")
-    tail.add_argument("--interval", type=float, default=0.25, help=argparse.SUPPRESS)
 
 
 def run_rollouts(args: argparse.Namespace, home: Path, out: TextIO) -> int:

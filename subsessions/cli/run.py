@@ -27,7 +27,7 @@ def run_prompt(args: argparse.Namespace, home: Path, settings: Settings, out: Te
     if not args.prompt.strip():
         raise SubsessionError("PROMPT is empty: say what the session should do")
     from subsessions.config import SessionConfig
-    from subsessions.instructions import with_base_instructions
+    from subsessions.engine.instructions import with_base_instructions
 
     resume = args.id if args.command == "resume" else None
     config = SessionConfig(
@@ -120,7 +120,7 @@ async def _run_session(
     home: Path, settings: Settings, config: SessionConfig, prompt: str, profile: str | None,
     resume: str | None,
 ) -> str | None:
-    from subsessions.cli.engine import engine_from_settings
+    from subsessions.engine.from_settings import engine_from_settings
 
     async with engine_from_settings(home, settings) as engine:
         if resume is None:

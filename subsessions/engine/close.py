@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from subsessions.dispatch import Dispatcher
+from subsessions._core.dispatch import Dispatcher
+from subsessions._core.runtime import Runtime
+from subsessions._core.session import Session
 from subsessions.engine.control.server import ControlServer
-from subsessions.engine_mcp import McpSources
-from subsessions.runtime import Runtime
-from subsessions.session import Session
+from subsessions.engine.mcp_servers import McpSources
 
 HOOK_SECONDS = 5.0  # how long close waits for the hosts' on_session_end hooks
 

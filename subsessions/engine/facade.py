@@ -14,12 +14,15 @@ from typing import Any
 
 from attrs import evolve
 
-from subsessions import resume, task
+from subsessions._core import resume
+from subsessions._core import turns as task
+from subsessions._core.dispatch import Dispatcher
+from subsessions._core.runtime import Backend, Runtime
+from subsessions._core.session import Session
 from subsessions.config import SessionConfig, derive_config
-from subsessions.dispatch import Dispatcher
 from subsessions.engine.close import shut_down
 from subsessions.engine.control.server import ControlServer
-from subsessions.engine_mcp import McpSources
+from subsessions.engine.mcp_servers import McpSources
 from subsessions.errors import (
     InvalidArguments,
     SessionBusy,
@@ -36,8 +39,6 @@ from subsessions.profiles import (
     resolve_profile,
 )
 from subsessions.rollouts.files import find_rollout, secure_home
-from subsessions.runtime import Backend, Runtime
-from subsessions.session import Session
 from subsessions.settings import default_home
 
 # The top-level sessions open in any engine of this process, so none is resumed twice.

@@ -32,11 +32,12 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from subsessions._core.session import Session
+from subsessions._core.tool_calls import subsessions as subsession_tools
 from subsessions._version import __version__
 from subsessions.children import ChildInfo
 from subsessions.engine.facade import Engine
 from subsessions.errors import SubsessionError, error_text
-from subsessions.handlers import subsessions as subsession_tools
 from subsessions.mcp import run, runs
 from subsessions.mcp.catalog import LIST_SCHEMA, TOOL_NAMES, definitions
 from subsessions.mcp.connection import ClientConnection
@@ -47,7 +48,6 @@ from subsessions.mcp.resources import SCHEME, RolloutResources, push_list_change
 from subsessions.mcp.task_listen import TaskListener
 from subsessions.mcp.task_store import Outcome, TaskRegistry
 from subsessions.mcp.tasks import TASK_TOOLS, TasksExtension, version_gated
-from subsessions.session import Session
 from subsessions.settings import Settings
 from subsessions.tools.schema import check_arguments
 

@@ -21,7 +21,7 @@ from typing import Any
 import mcp_types as types
 from attrs import define, field
 
-from subsessions import specs
+from subsessions._core import specs
 from subsessions.profiles import LoadedProfile, Profile, load_profiles
 from subsessions.rollouts.files import secure_home
 

@@ -13,15 +13,15 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from subsessions._core.session import Session
+from subsessions._core.spawning import Member
 from subsessions.config import SessionConfig
 from subsessions.engine import access
 from subsessions.engine.facade import Engine
+from subsessions.engine.instructions import with_base_instructions
 from subsessions.errors import EngineClosed, UnknownSession
-from subsessions.instructions import with_base_instructions
 from subsessions.mcp.task_store import TaskRegistry
-from subsessions.session import Session
 from subsessions.settings import Settings
-from subsessions.spawning import Member
 
 log = logging.getLogger("subsessions.mcp")
 

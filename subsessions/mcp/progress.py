@@ -9,9 +9,9 @@ from typing import Any
 
 from mcp.server.context import ServerRequestContext
 
+from subsessions._core.session import Session
 from subsessions.children import ChildInfo
 from subsessions.errors import UnknownSession, error_text
-from subsessions.session import Session
 
 log = logging.getLogger("subsessions.mcp")
 

@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 import mcp_types as types
 
+from subsessions._core.session import Session
+from subsessions._core.tool_calls import subsessions as subsession_tools
 from subsessions.errors import ChildCancelled, SubsessionError
-from subsessions.handlers import subsessions as subsession_tools
 from subsessions.mcp import catalog
-from subsessions.session import Session
 
 NAME = catalog.RUN
 Outcome = Literal["completed", "cancelled"]

@@ -13,14 +13,14 @@ from typing import Any
 
 import orjson
 
+from subsessions._core.manager import SubsessionManager
+from subsessions._core.session import Session
+from subsessions._core.tool_calls import subsessions as subsession_tools
+from subsessions._core.tool_calls.subsessions import RunPlan
 from subsessions.children import WaitResult
 from subsessions.errors import SubsessionError
-from subsessions.handlers import subsessions as subsession_tools
-from subsessions.handlers.subsessions import RunPlan
-from subsessions.manager import SubsessionManager
 from subsessions.mcp import catalog, run
 from subsessions.profiles import Profile
-from subsessions.session import Session
 
 NAME = catalog.RUNS
 

@@ -56,8 +56,9 @@ DEFAULT_SESSION_IDLE_TIMEOUT = 120.0  # seconds; the SDK's own default is 30 min
 # can hold (a task's `ttlMs` is an integer on the wire; `inf` or 1e306 seconds is not).
 MAX_SESSION_IDLE_TIMEOUT = 30 * 24 * 3600.0
 # What building the app imports (the openai SDK among them), imported off the event loop.
-_APP_MODULES = ("subsessions.mcp.app", "subsessions.cli.engine", "subsessions.models.openai_chat",
-                "subsessions.models.openai_responses", "subsessions.ray.backend")
+_APP_MODULES = ("subsessions.mcp.app", "subsessions.engine.from_settings",
+                "subsessions.models.openai_chat", "subsessions.models.openai_responses",
+                "subsessions.ray.backend")
 _SDK_MODULES = {"mcp", "mcp_types", "uvicorn", "starlette", "anyio", "httpx2", "sse_starlette"}
 
 
@@ -93,16 +94,6 @@ def check_idle_timeout(seconds: float | None) -> float:
                           f"must be more than 0 and at most {MAX_SESSION_IDLE_TIMEOUT:.0f} "
                           f"seconds (30 days), not {seconds:g}")
     return seconds
-
-
-def idle_timeout_option(text: str) -> float:
-    """argparse's `type` for `--session-idle-timeout`: refused at parse time (exit 2)."""
-    try:
-        return check_idle_timeout(float(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(exc.problem) from None
 
 
 def run_mcp_command(args: argparse.Namespace, home: Path, settings: Settings) -> int:
@@ -193,7 +184,7 @@ async def _open_app(settings: Settings, catalog: Callable[[], Catalog],
     listed = catalog()
     profiles = listed.profiles()
     await asyncio.to_thread(_import, _APP_MODULES)
-    from subsessions.cli.engine import engine_from_settings
+    from subsessions.engine.from_settings import engine_from_settings
     from subsessions.mcp.app import SubsessionsMcp
 
     engine = await stack.enter_async_context(engine_from_settings(listed.home, settings, profiles))

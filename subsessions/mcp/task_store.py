@@ -22,9 +22,9 @@ import mcp_types as types
 from attrs import define, field
 from mcp.shared.exceptions import MCPError
 
+from subsessions._core.session import Session
 from subsessions.errors import SubsessionError
 from subsessions.mcp import run
-from subsessions.session import Session
 
 Status = Literal["working", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[Status] = frozenset({"completed", "failed", "cancelled"})

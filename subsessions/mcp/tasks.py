@@ -27,12 +27,12 @@ from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from subsessions._core.session import Session
 from subsessions.errors import SubsessionError, error_text
 from subsessions.mcp import run, runs
 from subsessions.mcp.connection import ClientConnection
 from subsessions.mcp.front import TASKS_EXTENSION
 from subsessions.mcp.task_store import McpTask, TaskRegistry
-from subsessions.session import Session
 
 log = logging.getLogger("subsessions.mcp")
 

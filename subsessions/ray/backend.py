@@ -22,17 +22,17 @@ from typing import Any
 
 from attrs import define, field
 
-from subsessions import task
-from subsessions.conversation import Child
+from subsessions._core import turns as task
+from subsessions._core.child_run import run_child
+from subsessions._core.conversation import Child
+from subsessions._core.figures import Figures
+from subsessions._core.runtime import Runtime
 from subsessions.errors import BudgetExhausted, ConfigError, RemoteError
-from subsessions.figures import Figures
-from subsessions.loop import run_child
 from subsessions.ray import host
 from subsessions.ray.groups import Ending, Launch, Unsent, import_ray
 from subsessions.ray.placement import ShardRef, Shards
 from subsessions.ray.spec import child_spec
 from subsessions.ray.wire import ChildSpec, Outcome
-from subsessions.runtime import Runtime
 from subsessions.settings import Settings
 
 log = logging.getLogger("subsessions")

@@ -17,10 +17,12 @@ from typing import Any, Protocol
 from attrs import define, evolve, field, fields
 
 from subsessions import otel
+from subsessions._core.conversation import Child, Conversation
+from subsessions._core.dispatch import call_maybe_async
+from subsessions._core.figures import Figures
+from subsessions._core.runtime import Runtime
 from subsessions._util.clock import clock
 from subsessions.config import Hooks, Invocation
-from subsessions.conversation import Child, Conversation
-from subsessions.dispatch import call_maybe_async
 from subsessions.errors import (
     BudgetExhausted,
     SubsessionError,
@@ -29,13 +31,11 @@ from subsessions.errors import (
     error_text,
 )
 from subsessions.events import EventHub, SessionEvent, emit
-from subsessions.figures import Figures
 from subsessions.models.base import TokenUsage
 from subsessions.otel.wire import SpanBatch
 from subsessions.ray.channel import Message
 from subsessions.ray.replies import Replies
 from subsessions.ray.wire import Call, Cancel, Event, Request, Room, Spent
-from subsessions.runtime import Runtime
 from subsessions.usage import Usage
 
 log = logging.getLogger("subsessions")

@@ -14,11 +14,11 @@ from typing import Any
 
 from attrs import define
 
+from subsessions._core.state import SessionState
 from subsessions.errors import BudgetExhausted
 from subsessions.models.base import ModelRequest
 from subsessions.ray.channel import Channel
 from subsessions.ray.wire import Call, Room
-from subsessions.session_state import SessionState
 
 
 @define(eq=False)

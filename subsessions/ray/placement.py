@@ -15,16 +15,17 @@ from typing import Any
 
 from attrs import define, field
 
+from subsessions._core.runtime import Runtime
 from subsessions.errors import WorkerLost
 from subsessions.ray.groups import Launcher, import_ray
 from subsessions.ray.host import Answerer
 from subsessions.ray.replies import Replies
 from subsessions.ray.shard import Shard
 from subsessions.ray.wire import Ended
-from subsessions.runtime import Runtime
 
 log = logging.getLogger("subsessions")
 MAX_CONCURRENCY = 100_000  # children and requests in flight on one shard
+START_GRACE = 10.0  # seconds the other shards get to start once one has
 
 
 @define(eq=False)
@@ -36,6 +37,7 @@ class ShardRef:
     node_id: str = ""
     pid: int = 0
     load: int = 0  # children running there
+    ready: bool = False  # its actor has started (a pending one may wait for room)
     lost_reason: str | None = None
     pump: asyncio.Task[None] | None = None
 
@@ -56,6 +58,20 @@ class ShardRef:
         return self.lost_reason
 
 
+def _preference(shard: ShardRef) -> tuple[bool, int, int]:
+    """A started shard first, then the least loaded, then the oldest."""
+    return (not shard.ready, shard.load, shard.index)
+
+
+def _nodes_that_fit(nodes: list[dict[str, Any]], options: dict[str, Any]) -> list[str]:
+    """The live nodes whose resources can hold one shard asked for with `options`."""
+    wanted = {"CPU": options.get("num_cpus", 1), "GPU": options.get("num_gpus", 0),
+              **options.get("resources", {})}
+    return [node["NodeID"] for node in nodes if node.get("Alive") and all(
+        node.get("Resources", {}).get(name, 0) >= amount
+        for name, amount in wanted.items() if amount)]
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:200]
@@ -71,6 +87,7 @@ class Shards:
     answerer: Answerer
     shards: list[ShardRef] = field(factory=list)
     _adding: asyncio.Lock = field(factory=asyncio.Lock)
+    _pending: set[asyncio.Task[ShardRef]] = field(factory=set)  # shards still starting
 
     def __repr__(self) -> str:
         return f"<Shards {self.shards}>"
@@ -80,9 +97,22 @@ class Shards:
         return [s for s in self.shards if s.alive]
 
     async def start(self) -> None:
+        """Start the shards (by default one per live node that can hold one) and wait until
+        each has started, or failed, or is still waiting `START_GRACE` seconds after the
+        first started: a node Ray still lists a while after it died, or a cluster too full
+        for every shard, must not hold the engine back for ever. Those join when they start."""
         ray = import_ray()
-        count = self.count or max(1, len([n for n in ray.nodes() if n.get("Alive")]))
-        await asyncio.gather(*(self._add() for _ in range(count)))
+        count = self.count or max(1, len(_nodes_that_fit(ray.nodes(), self.options)))
+        loop = asyncio.get_running_loop()
+        self._pending = {loop.create_task(self._add(), name=f"subsessions-ray-shard-{n}")
+                         for n in range(count)}
+        waiting = set(self._pending)
+        while waiting and not any(s.ready for s in self.shards):
+            done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for added in done:
+                added.result()  # a shard that could not even be asked for: the start fails
+        if waiting:
+            await asyncio.wait(waiting, timeout=START_GRACE)
 
     async def _add(self) -> ShardRef:
         ray = import_ray()
@@ -105,6 +135,7 @@ class Shards:
         except Exception as exc:  # it could not start (its node died meanwhile)
             self.lose(shard, exc)
             return shard
+        shard.ready = True
         shard.pump = asyncio.get_running_loop().create_task(
             self._pump(shard), name=f"subsessions-ray-pump-{shard.index}")
         return shard
@@ -115,12 +146,10 @@ class Shards:
         shards was left to us)."""
         if before is not None and self.shards[before].alive:
             return self.shards[before]
-        live = self.live
-        best = min(live, key=lambda s: (s.load, s.index), default=None)
+        best = min(self.live, key=_preference, default=None)
         if self.count is None and (best is None or best.load >= self.per_shard):
             async with self._adding:
-                live = self.live
-                best = min(live, key=lambda s: (s.load, s.index), default=None)
+                best = min(self.live, key=_preference, default=None)
                 if best is None or best.load >= self.per_shard:
                     best = await self._add()
         if best is None:
@@ -155,6 +184,13 @@ class Shards:
         ray = import_ray()
 
         try:
+            for adding in self._pending:
+                adding.cancel()
+            if self._pending:
+                await asyncio.wait(self._pending)
+            for adding in self._pending:
+                if not adding.cancelled():
+                    adding.exception()  # retrieved: its shard is in `shards`, killed below
             await self._close_shards(seconds)
         finally:
             pumps = [s.pump for s in self.shards if s.pump is not None]
@@ -170,7 +206,7 @@ class Shards:
                     ray.kill(shard.actor, no_restart=True)
 
     async def _close_shards(self, seconds: float) -> None:
-        closing = [asyncio.ensure_future(s.actor.close.remote()) for s in self.live]
+        closing = [asyncio.ensure_future(s.actor.close.remote()) for s in self.live if s.ready]
         if not closing:
             return
         _, late = await asyncio.wait(closing, timeout=seconds)

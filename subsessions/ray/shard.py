@@ -18,11 +18,13 @@ from typing import Any
 
 from attrs import define
 
-from subsessions import task
+from subsessions._core import turns as task
+from subsessions._core.dispatch import Dispatcher
+from subsessions._core.runtime import Runtime
+from subsessions._core.session import Session
 from subsessions.budget import Budget
 from subsessions.children import Cancelled, Done, Failed, ending_of
 from subsessions.config import Hooks, Invocation, SessionConfig, Tool
-from subsessions.dispatch import Dispatcher
 from subsessions.errors import BudgetExhausted, RolloutError, error_text
 from subsessions.events import SessionEvent
 from subsessions.models.base import ModelRequest, ModelResponse
@@ -33,8 +35,6 @@ from subsessions.ray.channel import Channel, Message
 from subsessions.ray.ledger import DriverLedger
 from subsessions.ray.shard_child import ShardChild
 from subsessions.ray.wire import ChildSpec, Ended, Event, Outcome, RootSpec, Spent, ToolSpec
-from subsessions.runtime import Runtime
-from subsessions.session import Session
 from subsessions.settings import Settings
 from subsessions.tools import builtin_tools
 

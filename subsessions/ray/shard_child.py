@@ -8,16 +8,16 @@ from typing import Any
 
 from attrs import evolve
 
-from subsessions import task
+from subsessions._core import turns as task
+from subsessions._core.conversation import Child
+from subsessions._core.kit import Kit
+from subsessions._core.meter import Meter, Stop
+from subsessions._core.origin import Origin
+from subsessions._core.session import Session
+from subsessions._core.specs import heard
 from subsessions.config import SessionConfig, Tool
-from subsessions.conversation import Child
-from subsessions.handlers import parent_message
-from subsessions.kit import Kit
-from subsessions.meter import Meter, Stop
-from subsessions.origin import Origin
 from subsessions.ray.wire import ChildSpec
 from subsessions.rollouts.reader import read_rollout
-from subsessions.session import Session
 
 
 class ShardChild(Child):
@@ -66,7 +66,7 @@ class ShardChild(Child):
         return task.run(self, prompt, None)
 
     async def tell_parent(self, message: str) -> str:
-        return await self.to_parent(parent_message.heard(self.session_id, message))
+        return await self.to_parent(heard(self.session_id, message))
 
     def take(self, message: str) -> bool:
         """A message from the driver (send_message): read before its next model call."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from attrs import evolve
 
+from subsessions._core.conversation import Child
 from subsessions.children import CANCEL
 from subsessions.config import BUILTIN_TOOL_NAMES
-from subsessions.conversation import Child
 from subsessions.profiles import Profile
 from subsessions.ray import host
 from subsessions.ray.wire import ChildSpec, RootSpec, ToolSpec

@@ -22,8 +22,8 @@ from attrs import define, field
 from subsessions._version import __version__
 from subsessions.engine import access
 from subsessions.engine.facade import Engine
+from subsessions.engine.instructions import with_base_instructions
 from subsessions.errors import SessionBusy, UnknownSession
-from subsessions.instructions import with_base_instructions
 from subsessions.serve import history
 from subsessions.serve.options import session_options
 from subsessions.serve.peer import INVALID_PARAMS, INVALID_REQUEST, Peer, RpcError

@@ -14,8 +14,8 @@ from typing import Any
 from attrs import frozen
 
 from subsessions.config import SessionConfig, Tool
+from subsessions.engine.instructions import BASE_INSTRUCTIONS
 from subsessions.errors import InvalidArguments
-from subsessions.instructions import BASE_INSTRUCTIONS
 from subsessions.profiles import Profile
 from subsessions.serve.served import HostBridge
 from subsessions.settings import Settings

@@ -20,13 +20,13 @@ from typing import Any
 
 from attrs import define, field
 
+from subsessions._core.session import Session
 from subsessions._util.clock import clock
 from subsessions.config import Hooks
 from subsessions.errors import error_text
 from subsessions.events import SessionEvent
 from subsessions.serve import wire
 from subsessions.serve.peer import Peer
-from subsessions.session import Session
 
 NO_APPROVAL = "denied-no-approval-rule-and-could-not-request-from-user"
 HOOKS = {"on_pre_tool_use": "preToolUse", "on_post_tool_use": "postToolUse",

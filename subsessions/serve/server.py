@@ -24,9 +24,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from subsessions.cli.engine import engine_from_settings
 from subsessions.engine.facade import Engine
+from subsessions.engine.from_settings import engine_from_settings
 from subsessions.errors import ConfigError
+from subsessions.serve import LOG_LEVELS
 from subsessions.serve.connection import Connection
 from subsessions.serve.framing import READ_AHEAD, FramingError
 from subsessions.serve.peer import Peer
@@ -34,35 +35,9 @@ from subsessions.serve.stdio import stdio_streams
 from subsessions.settings import Settings
 
 TOKEN_ENV = "COPILOT_CONNECTION_TOKEN"
-LOG_LEVELS = {"none": logging.CRITICAL + 1, "error": logging.ERROR, "warning": logging.WARNING,
-              "info": logging.INFO, "debug": logging.DEBUG, "all": logging.DEBUG}
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 Finish = Callable[[int], None]
 log = logging.getLogger("subsessions.serve")
-
-
-def add_serve_command(commands: argparse._SubParsersAction,  # type: ignore[type-arg]
-                      parents: list[argparse.ArgumentParser]) -> None:
-    serve = commands.add_parser(
-        "serve", parents=parents,
-        help="be a Copilot CLI runtime: the official Copilot SDKs drive sub-sessions",
-        description="Speaks the GitHub Copilot CLI runtime protocol (JSON-RPC, protocol "
-        "version 3), so a Copilot SDK host drives sessions and sub-sessions on the configured "
-        "model. With --stdio it serves on stdin/stdout (what the SDKs' stdio connection "
-        "passes). Without --stdio it listens on 127.0.0.1 (--port N, else any free port, as "
-        "the SDKs' TCP connection expects) and prints 'listening on port N'.",
-    )
-    transport = serve.add_mutually_exclusive_group()
-    transport.add_argument("--stdio", action="store_true", help="serve on stdin/stdout")
-    transport.add_argument("--port", type=int, metavar="N",
-                           help="listen on 127.0.0.1:N (default without --stdio: any free "
-                           "port)")
-    serve.add_argument("--log-level", choices=sorted(LOG_LEVELS), default="warning",
-                       help="what goes to stderr (default warning)")
-    for flag in ("--headless", "--no-auto-update", "--no-auto-login", "--remote"):
-        serve.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
-    for flag in ("--auth-token-env", "--session-idle-timeout"):
-        serve.add_argument(flag, help=argparse.SUPPRESS)  # the SDKs pass them; nothing applies
 
 
 def run_serve_command(args: argparse.Namespace, home: Path, settings: Settings) -> int:

@@ -11,7 +11,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from subsessions.engine.control.paths import clear_stale
 from subsessions.errors import InvalidArguments, RolloutError, SubsessionError
@@ -21,22 +21,6 @@ from subsessions.watch.forest import build_rows
 
 NEEDS_TEXTUAL = ("the live view needs Textual: pip install 'subsessions[watch]' "
                  "(or print the tree once with --once)")
-
-
-def add_watch_command(commands: Any, common: argparse.ArgumentParser) -> None:
-    watch = commands.add_parser(
-        "watch", parents=[common], help="a live tree of the sessions (--once: print it)",
-        description="A live tree of the home's sessions, updated as their rollouts grow: "
-        "status, turns, tokens, tool calls, elapsed time and the last message, with subtree "
-        "totals on every parent. Keys: arrows select, Enter shows the transcript, c cancels "
-        "and m messages the selected session (its engine started with --control), q quits.",
-    )
-    watch.add_argument("id", nargs="?", metavar="SESSION_ID",
-                       help="only this session's tree (an id or a unique prefix)")
-    watch.add_argument("--once", action="store_true", help="print the tree once as text")
-    watch.add_argument("--limit", type=int, default=50,
-                       help="the newest N top-level sessions, with their trees (0: all)")
-    watch.add_argument("--interval", type=float, default=0.25, help=argparse.SUPPRESS)
 
 
 def run_watch(args: argparse.Namespace, home: Path, out: TextIO) -> int:

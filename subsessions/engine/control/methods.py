@@ -19,14 +19,14 @@ from typing import Any, Protocol
 
 from attrs import frozen
 
+from subsessions._core.manager import SubsessionManager
+from subsessions._core.runtime import Runtime
+from subsessions._core.session import Session
+from subsessions._core.state import Phase
 from subsessions.children import ChildInfo
 from subsessions.engine.control.rpc import INVALID_PARAMS, SESSION_ERROR, UNKNOWN_SESSION, RpcError
 from subsessions.errors import SessionBusy, SubsessionError, UnknownSession, echo
 from subsessions.events import SessionEvent
-from subsessions.manager import SubsessionManager
-from subsessions.runtime import Runtime
-from subsessions.session import Session
-from subsessions.session_state import Phase
 
 log = logging.getLogger("subsessions.engine.control")
 MAX_MESSAGE = 256 * 1024  # characters of one sent message

@@ -9,7 +9,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from subsessions.dispatch import Dispatcher
+from subsessions._core.dispatch import Dispatcher
 
 T = TypeVar("T")
 

@@ -18,10 +18,13 @@ from typing import Any
 
 from attrs import evolve, frozen
 
+from subsessions._core.conversation import Child
+from subsessions._core.runtime import Runtime
+from subsessions._core.session import Session
+from subsessions._core.state import Origin
 from subsessions.budget import parse_budget
 from subsessions.children import Cancelled, Done, Ending, Failed
 from subsessions.config import SessionConfig
-from subsessions.conversation import Child
 from subsessions.errors import RolloutError, SessionBusy, SubsessionError, echo
 from subsessions.ids import is_session_id
 from subsessions.models.base import TokenUsage
@@ -30,9 +33,6 @@ from subsessions.rollouts import Rollout, find_rollout, list_rollouts, read_roll
 from subsessions.rollouts.status import writer_claim
 from subsessions.rollouts.summary import instructions_of
 from subsessions.rollouts.values import optional_text, parse_stamp, text
-from subsessions.runtime import Runtime
-from subsessions.session import Session
-from subsessions.session_state import Origin
 
 
 def writer_pid(rollout: Rollout) -> object:

@@ -13,13 +13,13 @@ from typing import Any
 
 from attrs import define, field
 
+from subsessions._core.ledger import LOCAL, TreeLedger
+from subsessions._core.meter import Alarms, Meter, Stop
+from subsessions._core.specs import tool_specs
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig
 from subsessions.errors import ChildLimitReached, DepthLimitReached, QueueFull
-from subsessions.ledger import LOCAL, TreeLedger
-from subsessions.meter import Alarms, Meter, Stop
 from subsessions.profiles import LoadedProfile, Profile, profile_namespace
-from subsessions.specs import tool_specs
 
 Specs = tuple[dict[str, Any], ...]
 NO_BUDGET = Budget()

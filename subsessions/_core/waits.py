@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from subsessions.child import ChildLife
+from subsessions._core.child import ChildLife
 from subsessions.children import WaitResult, checked_seconds
 from subsessions.errors import ChildNotFinished, ChildTimeout, InvalidArguments
 

@@ -14,25 +14,25 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
+from subsessions._core.kit import Kit, own_kit
+from subsessions._core.manager import SubsessionManager
+from subsessions._core.meter import Meter
+from subsessions._core.origin import NEW as NEW
+from subsessions._core.origin import Origin as Origin
+from subsessions._core.origin import Phase as Phase
+from subsessions._core.parts import Extras, SessionParts
+from subsessions._core.runtime import Runtime
+from subsessions._core.tree import SessionTree
 from subsessions.budget import Budget
 from subsessions.children import CANCEL, Stop
 from subsessions.config import SessionConfig, Tool
 from subsessions.errors import BudgetExhausted
 from subsessions.ids import new_session_id
 from subsessions.items import Item
-from subsessions.kit import Kit, own_kit
-from subsessions.manager import SubsessionManager
-from subsessions.meter import Meter
-from subsessions.origin import NEW as NEW
-from subsessions.origin import Origin as Origin
-from subsessions.origin import Phase as Phase
-from subsessions.parts import Extras, SessionParts
 from subsessions.profiles import Profile
 from subsessions.rollouts.recorder import RolloutRecorder, rollout_path
-from subsessions.runtime import Runtime
 from subsessions.tools import ToolContext
 from subsessions.tools.context import sandbox_policy
-from subsessions.tree import SessionTree
 from subsessions.usage import Usage
 
 

@@ -6,8 +6,8 @@ import enum
 
 from attrs import frozen
 
+from subsessions._core.ledger import LOCAL, TreeLedger
 from subsessions.items import Item
-from subsessions.ledger import LOCAL, TreeLedger
 from subsessions.models.base import NO_USAGE, TokenUsage
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
+from subsessions._core.figures import Figures
 from subsessions.budget import Budget
 from subsessions.children import (
     CANCEL,
@@ -29,7 +30,6 @@ from subsessions.children import (
     Stop,
 )
 from subsessions.errors import BudgetExhausted, ChildCancelled, ChildFailed, ChildNotFinished
-from subsessions.figures import Figures
 from subsessions.models.base import TokenUsage
 from subsessions.usage import Usage
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from subsessions.dispatch import Caller
+from subsessions._core.dispatch import Caller
+from subsessions._core.services import Services
+from subsessions._core.tree import SessionTree
 from subsessions.errors import SubsessionError
 from subsessions.events import emit
-from subsessions.services import Services
-from subsessions.tree import SessionTree
 
 
 class Hooked(Caller, Protocol):

@@ -1,6 +1,6 @@
 """The definitions of the sub-session tools (DESIGN 3.1), built from a tree's profiles.
 
-Values only: the handlers that run these tools live in `handlers/subsessions.py`.
+Values only: the handlers that run these tools live in `tool_calls/`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from subsessions.budget import KINDS
-from subsessions.config import SUBSESSION_TOOL_NAMES
+from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBSESSION_TOOL_NAMES
 from subsessions.profiles import Profile
 
 NAMES = SUBSESSION_TOOL_NAMES
@@ -179,3 +179,42 @@ def tool_specs(profiles: Mapping[str, Profile]) -> tuple[dict[str, Any], ...]:
         for name in _ORDER
     )
     return (create, *others)
+
+
+# `ask_user`: offered only when the host registered a `user_input_handler`; a child's
+# question goes to the root's handler, so children never wait on a prompt of their own.
+ASK_USER_SPEC: dict[str, Any] = {
+    "type": "function",
+    "name": ASK_USER,
+    "description": "Ask the user a question and wait for the answer. Use sparingly.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "question": {"type": "string", "minLength": 1},
+            "choices": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+}
+
+# `send_parent_message` (DESIGN 3.11): offered to children (depth >= 1) whose allowlist
+# admits it; the parent reads the text before its next model call.
+PARENT_MESSAGE_SPEC: dict[str, Any] = {
+    "type": "function",
+    "name": PARENT_MESSAGE,
+    "description": "Send a short message to the session that started you (progress, a "
+    "question, an early finding); it reads it before its next step. Your final answer "
+    "still goes in your last message.",
+    "parameters": {
+        "type": "object",
+        "properties": {"message": {"type": "string", "minLength": 1}},
+        "required": ["message"],
+        "additionalProperties": False,
+    },
+}
+
+
+def heard(child_id: str, message: str) -> str:
+    """The line a parent's model reads for its child's message."""
+    return f"[message from child session {child_id}] {message}"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from subsessions._core.manager import SubsessionManager
 from subsessions.config import SessionConfig
 from subsessions.items import Item, developer_message
-from subsessions.manager import SubsessionManager
 from subsessions.rollouts.recorder import RolloutRecorder
 
 

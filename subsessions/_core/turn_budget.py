@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from subsessions._core.meter import Meter
 from subsessions.errors import BudgetExhausted
-from subsessions.meter import Meter
 from subsessions.rollouts import records
 
 

@@ -11,13 +11,13 @@ from typing import Any
 
 from attrs import evolve
 
+from subsessions._core.conversation import Conversation
+from subsessions._core.ledger import TreeLedger
+from subsessions._core.origin import NEW, Origin, Phase
+from subsessions._core.runtime import Runtime
 from subsessions.config import SessionConfig
-from subsessions.conversation import Conversation
 from subsessions.errors import InvalidArguments, SubsessionError
-from subsessions.ledger import TreeLedger
-from subsessions.origin import NEW, Origin, Phase
 from subsessions.profiles import Profile
-from subsessions.runtime import Runtime
 
 log = logging.getLogger("subsessions")
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from attrs import define, field
 
+from subsessions._core.dispatch import Dispatcher
 from subsessions._util import collector
-from subsessions.dispatch import Dispatcher
 from subsessions.errors import EngineClosed, StillRunning
 from subsessions.models.base import ModelClient
 from subsessions.profiles import LoadedProfile

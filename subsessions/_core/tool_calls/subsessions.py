@@ -7,13 +7,13 @@ from typing import Any, Literal
 import orjson
 from attrs import define
 
-from subsessions import composition
+from subsessions._core import composition
+from subsessions._core.composition import Spawner
+from subsessions._core.manager import SubsessionManager
+from subsessions._core.specs import SCHEMAS, batch_schema, create_schema, run_schema
 from subsessions.budget import parse_budget
-from subsessions.composition import Spawner
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
-from subsessions.manager import SubsessionManager
 from subsessions.profiles import Profile
-from subsessions.specs import SCHEMAS, batch_schema, create_schema, run_schema
 from subsessions.tools.schema import check_arguments, parse_arguments
 
 

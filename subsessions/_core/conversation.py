@@ -9,20 +9,20 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from subsessions._core.child import ChildLife, Settle, settle_itself
+from subsessions._core.kit import Kit, child_config
+from subsessions._core.manager import SubsessionManager
+from subsessions._core.origin import NEW, Origin, Phase
+from subsessions._core.specs import heard
+from subsessions._core.state import SessionState
 from subsessions.budget import Budget
-from subsessions.child import ChildLife, Settle, settle_itself
 from subsessions.children import Ending
 from subsessions.config import SessionConfig
 from subsessions.errors import SessionBusy
 from subsessions.events import EventHandler, EventStream
-from subsessions.handlers import parent_message
-from subsessions.kit import Kit, child_config
-from subsessions.manager import SubsessionManager
-from subsessions.origin import NEW, Origin, Phase
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
-from subsessions.session_state import SessionState
 from subsessions.tools import ToolContext
 from subsessions.usage import Usage
 
@@ -125,7 +125,7 @@ class Conversation(SessionState):
         """`send_parent_message` from this child: how its parent took it."""
         parent = self.parent
         assert isinstance(parent, Conversation)
-        return parent.hear(parent_message.heard(self.session_id, message))
+        return parent.hear(heard(self.session_id, message))
 
     # -- what applications ask of it -------------------------------------------------------
     def flush(self) -> None:

@@ -12,12 +12,18 @@ from pathlib import Path
 
 from attrs import field, frozen
 
-from subsessions.config import BUILTIN_TOOL_NAMES, SessionConfig, Tool, derive_config
-from subsessions.handlers import ask_user, parent_message
+from subsessions._core.specs import ASK_USER_SPEC, PARENT_MESSAGE_SPEC
+from subsessions._core.tree import SessionTree, Specs
+from subsessions.config import (
+    BUILTIN_TOOL_NAMES,
+    PARENT_MESSAGE,
+    SessionConfig,
+    Tool,
+    derive_config,
+)
 from subsessions.profiles import Profile
 from subsessions.tools import ToolContext, builtin_tools
 from subsessions.tools.context import AskPermission
-from subsessions.tree import SessionTree, Specs
 
 
 @frozen(eq=False, repr=False)
@@ -57,11 +63,11 @@ class Kit:
             tree = self.tree
             specs = tuple(t.spec() for t in self.tools.values())
             if tree.config.user_input_handler is not None:
-                specs += (ask_user.SPEC,)
+                specs += (ASK_USER_SPEC,)
             if self.depth < tree.max_depth:
                 specs += tuple(s for s in tree.subsession_specs() if self.allows(s["name"]))
-            if self.depth >= 1 and self.allows(parent_message.NAME):
-                specs += (parent_message.SPEC,)
+            if self.depth >= 1 and self.allows(PARENT_MESSAGE):
+                specs += (PARENT_MESSAGE_SPEC,)
             self._specs.append(specs)
         return self._specs[0]
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
+from subsessions._core.child import ChildLife, Settle
+from subsessions._core.dispatch import Caller, call_maybe_async
+from subsessions._core.kit import Kit
+from subsessions._core.services import Services
+from subsessions._core.tree import SessionTree
 from subsessions.budget import Budget
-from subsessions.child import ChildLife, Settle
 from subsessions.config import SessionConfig, Tool, as_child_config
-from subsessions.dispatch import Caller, call_maybe_async
 from subsessions.errors import InvalidArguments, SpawnDenied, error_text
-from subsessions.kit import Kit
 from subsessions.profiles import Profile, resolve_profile
 from subsessions.rollouts.recorder import RolloutRecorder
-from subsessions.services import Services
 from subsessions.tools.context import ToolContext
-from subsessions.tree import SessionTree
 from subsessions.usage import Usage
 
 

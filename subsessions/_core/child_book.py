@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Generic, Protocol
 
-from subsessions.child import B, ChildLife
+from subsessions._core.child import B, ChildLife
+from subsessions._core.services import Services
 from subsessions.children import ChildInfo, ChildStatus
 from subsessions.errors import SessionBusy, UnknownSession
-from subsessions.services import Services
 
 
 class Owner(Protocol):

@@ -15,9 +15,16 @@ from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
+from subsessions._core.child_run import Settles, settle_when_written
+from subsessions._core.conversation import Child, Conversation
+from subsessions._core.hooks import announce_end, budget_limited, prompt_hooks
+from subsessions._core.specs import ASK_USER_SPEC
+from subsessions._core.tool_calls import parent_message
+from subsessions._core.tool_calls import subsessions as subsession_tools
+from subsessions._core.turn_budget import budget_cancelled, budget_ending, check, fresh
+from subsessions._core.turn_children import children_at_turn_end, deliver_notices
 from subsessions.children import CANCELLED, Done, Ending, Failed
 from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBSESSION_TOOL_NAMES
-from subsessions.conversation import Child, Conversation
 from subsessions.errors import (
     BudgetExhausted,
     MaxTurnsExceeded,
@@ -26,8 +33,6 @@ from subsessions.errors import (
     error_text,
 )
 from subsessions.events import emit
-from subsessions.handlers import ask_user, parent_message
-from subsessions.handlers import subsessions as subsession_tools
 from subsessions.ids import new_session_id
 from subsessions.items import (
     Item,
@@ -37,12 +42,8 @@ from subsessions.items import (
     output_problem,
     user_message,
 )
-from subsessions.loop import Settles, settle_when_written
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.rollouts import records
-from subsessions.task_budget import budget_cancelled, budget_ending, check, fresh
-from subsessions.task_children import children_at_turn_end, deliver_notices
-from subsessions.task_hooks import announce_end, budget_limited, prompt_hooks
 from subsessions.tools.schema import check_arguments, parse_arguments
 
 if TYPE_CHECKING:  # the [otel] extra
@@ -321,7 +322,7 @@ async def _dispatch(host: Conversation, name: str, arguments: str, call_id: str)
 
 
 async def _ask_user(host: Conversation, arguments: dict[str, Any]) -> str:
-    check_arguments(ASK_USER, ask_user.SPEC["parameters"], arguments)
+    check_arguments(ASK_USER, ASK_USER_SPEC["parameters"], arguments)
     return await host.runtime.dispatcher.ask_user(
         host, arguments["question"], arguments.get("choices")
     )

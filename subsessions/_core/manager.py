@@ -15,12 +15,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from subsessions import composition, waits
+from subsessions._core import composition, waits
+from subsessions._core.child import ChildLife, Settle
+from subsessions._core.child_book import ChildBook
+from subsessions._core.kit import Kit
+from subsessions._core.spawning import Kid, Kits, Member, consent
+from subsessions._core.tree import Reservation
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
-from subsessions.child import ChildLife, Settle
-from subsessions.child_book import ChildBook
 from subsessions.children import Cancelled, Done, Ending, Failed, RunResult, WaitResult
 from subsessions.config import SessionConfig, filter_tools
 from subsessions.errors import (
@@ -31,11 +34,8 @@ from subsessions.errors import (
     error_text,
 )
 from subsessions.ids import new_session_id
-from subsessions.kit import Kit
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
-from subsessions.spawning import Kid, Kits, Member, consent
-from subsessions.tree import Reservation
 
 _spawn_ids = itertools.count(1)
 Record = ChildLife[Kid]
