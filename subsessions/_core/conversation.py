@@ -223,7 +223,7 @@ class Child(ChildLife["Child"], Conversation):
 
     def run_child(self, prompt: str) -> Coroutine[Any, Any, str | None]:
         """Its task as the one coroutine of its asyncio task, settling in its parent at its
-        end (in process the task loop itself; elsewhere, `loop.run_child` around it)."""
+        end (in process the task loop itself; elsewhere, `turns.settled` around it)."""
         return self.runtime.backend.run_child(self, prompt)
 
     def child_task(self, prompt: str) -> Awaitable[str | None]:

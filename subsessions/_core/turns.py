@@ -13,9 +13,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from subsessions._core.child_run import Settles, settle_when_written
 from subsessions._core.conversation import Child, Conversation
 from subsessions._core.hooks import announce_end, budget_limited, prompt_hooks
 from subsessions._core.specs import ASK_USER_SPEC
@@ -23,7 +22,7 @@ from subsessions._core.tool_calls import parent_message
 from subsessions._core.tool_calls import subsessions as subsession_tools
 from subsessions._core.turn_budget import budget_cancelled, budget_ending, check, fresh
 from subsessions._core.turn_children import children_at_turn_end, deliver_notices
-from subsessions.children import CANCELLED, Done, Ending, Failed
+from subsessions.children import CANCELLED, Done, Ending, Failed, on_disk
 from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBSESSION_TOOL_NAMES
 from subsessions.errors import (
     BudgetExhausted,
@@ -44,10 +43,17 @@ from subsessions.items import (
 )
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.rollouts import records
+from subsessions.rollouts.recorder import RolloutRecorder
 from subsessions.tools.schema import check_arguments, parse_arguments
 
 if TYPE_CHECKING:  # the [otel] extra
     from subsessions.otel.tracing import TaskSpan
+
+
+class Settles(Protocol):
+    """Where a child's ending goes once it is on disk (the child: its parent settles it)."""
+
+    def written(self, outcome: Ending) -> None: ...
 
 
 class InProcess:
@@ -70,18 +76,17 @@ IN_PROCESS = InProcess()
 
 async def run(host: Conversation, prompt: str, first: bool | None,
               settles: Settles | None = None) -> str | None:
-    """Run one task, in one coroutine frame; exactly one terminal record is written, however
-    it ends. A child's task (`settles`: the child itself) is claimed at its first line (`first`
-    None) and settles in its parent from this frame's `finally`, its ending on disk."""
+    """One task of `host`, in this one coroutine frame: `_begin`, the turns (a model call,
+    then the tools it asks for, until it answers without asking for one), `_end`. Exactly
+    one terminal record is written however it ends. A child's task (`settles`: the child
+    itself) is claimed at its first line (`first` None) and settles in its parent from this
+    frame's `finally`, its ending on disk. The turns stay in this frame: a frame of their own
+    would weigh on every child held at its model call."""
     outcome: Ending = CANCELLED  # how it ended, as its parent records it (`settles`)
     try:
         if first is None:
             first = host.claim()
-        record = host.recorder
-        turn_id, started = _begin(host, first)
-        # Exactly one ending, on every path: children are ended first (a cancelled task's
-        # children, and any child's children, since nobody could wait for them any more), and
-        # a cancel landing meanwhile makes it an abort.
+        turn_id, started = _head(host, first)
         ending: list[dict[str, Any]] | None = None
         answer: str | None = None
         cancelled = False
@@ -90,22 +95,10 @@ async def run(host: Conversation, prompt: str, first: bool | None,
         traced = None if tracer is None else tracer.begin(host, prompt)  # its invoke_agent span
         host.task_begins()
         try:
-            stop = host.stop
-            if isinstance(stop, BudgetExhausted):  # stopped by a budget before its first line
-                raise fresh(stop)
-            if stop is not None:  # cancelled before its first line
-                raise asyncio.CancelledError
-            if host.metered and not (first and host.is_child):  # (clamped at spawn)
-                check(host, host.meter.spent())
-            if host.tree.config.hooks is not None:
-                prompt = await prompt_hooks(host, prompt, first)
-            while not host.is_child and host.has_mail:  # its children's, sent while it was idle
-                _tell(host, host.inbox.pop(0))
-            _tell(host, prompt)
+            await _begin(host, prompt, first)
             host.taking_messages = True
-            try:  # the turns, in this frame (one coroutine a task): a model call, then the
-                # tools it asks for, until it answers without asking for one
-                record.flush()  # the task's head reaches the file before the first call
+            try:
+                host.recorder.flush()  # the task's head reaches the file before the first call
                 tool_choice = host.config.tool_choice  # then auto, once a tool was called
                 for _ in range(host.max_turns):
                     request = _request(host, tool_choice)
@@ -137,35 +130,54 @@ async def run(host: Conversation, prompt: str, first: bool | None,
         except Exception as exc:
             ending = records.failed(turn_id, started, error_text(exc), _last_answer(host, since))
             raise
-        finally:
-            if ending is None:  # torn down by something other than a cancel (a bug of ours)
-                ending = records.interrupted(turn_id, started)
-            try:
-                family = host.spawned
-                if family is not None and family.has_children and (
-                        cancelled or host.is_child or budget_limited(ending[-1])):
-                    await family.abort_all_children(
-                        host.budget_stop if budget_limited(ending[-1]) else None)
-            except asyncio.CancelledError:
-                cancelled = True
-                raise
-            finally:
-                if cancelled:
-                    ending = records.cancelled(turn_id, started, _cancelled_by(host))
-                _end(host, ending, traced)
+        finally:  # torn down by something other than a cancel, it was interrupted (our bug)
+            await _end(host, ending or records.interrupted(turn_id, started), cancelled,
+                       (turn_id, started), traced)
         outcome = Done(answer)
         return answer
-    except asyncio.CancelledError:
-        raise
     except BaseException as exc:
-        outcome = Failed(error_text(exc))
+        outcome = ending_of(exc)
         raise
     finally:
         if settles is not None:
             settle_when_written(host.recorder, settles, outcome)
 
 
-def _begin(host: Conversation, first: bool) -> tuple[str, float]:
+async def settled(child: Child, task: Awaitable[str | None]) -> str | None:
+    """A child's task run elsewhere (`task`, awaited in this frame): its parent gets its
+    ending once that is on disk, as `run` settles a child run here."""
+    outcome: Ending = CANCELLED
+    try:
+        result = await task
+        outcome = Done(result)
+        return result
+    except BaseException as exc:
+        outcome = ending_of(exc)
+        raise
+    finally:
+        settle_when_written(child.recorder, child, outcome)
+
+
+def ending_of(exc: BaseException) -> Ending:
+    """How a child whose task raised `exc` ended, as its parent records it."""
+    return CANCELLED if isinstance(exc, asyncio.CancelledError) else Failed(error_text(exc))
+
+
+def settle_when_written(recorder: RolloutRecorder, record: Settles, outcome: Ending) -> None:
+    """`record` gets `outcome` once what `recorder` holds is on disk (a result that never
+    reached the disk fails)."""
+    written = partial(_settle, record, outcome)
+    try:
+        recorder.flush_then(written)
+    except RuntimeError:  # the writer is closed: nothing more can reach the disk
+        written(None)
+
+
+def _settle(record: Settles, outcome: Ending, unwritten: Exception | None) -> None:
+    record.written(on_disk(outcome, unwritten))
+
+
+def _head(host: Conversation, first: bool) -> tuple[str, float]:
     """A task's first records (its session's start at its first task): its turn's id, start."""
     if first and host.heard:  # where a listener (or its parent) can see it
         emit(host.events, "session.start", {"session_id": host.session_id, "source": host.source})
@@ -177,14 +189,47 @@ def _begin(host: Conversation, first: bool) -> tuple[str, float]:
     return turn_id, started
 
 
-def _end(host: Conversation, ending: list[dict[str, Any]], traced: TaskSpan | None) -> None:
-    """A task's terminal records, then what hears of its end (its span, events, hooks)."""
-    for event in ending:
-        host.recorder.event(event)
-    host.task_ended()
-    if traced is not None:
-        traced.end(host, ending[-1])
-    announce_end(host, ending[-1])
+async def _begin(host: Conversation, prompt: str, first: bool) -> None:
+    """Before the first model call: a stop that came first ends the task, a budget already
+    spent too; the host's prompt hooks may rewrite the prompt; messages its children sent
+    while it was idle, then the prompt, join the history."""
+    stop = host.stop
+    if isinstance(stop, BudgetExhausted):  # stopped by a budget before its first line
+        raise fresh(stop)
+    if stop is not None:  # cancelled before its first line
+        raise asyncio.CancelledError
+    if host.metered and not (first and host.is_child):  # (clamped at spawn)
+        check(host, host.meter.spent())
+    if host.tree.config.hooks is not None:
+        prompt = await prompt_hooks(host, prompt, first)
+    while not host.is_child and host.has_mail:
+        _tell(host, host.inbox.pop(0))
+    _tell(host, prompt)
+
+
+async def _end(host: Conversation, ending: list[dict[str, Any]], cancelled: bool,
+               turn: tuple[str, float], traced: TaskSpan | None) -> None:
+    """Its children end first (a cancelled task's, a budget-ended one's, and any child's,
+    since nobody could wait for them any more); a cancel landing meanwhile makes the ending
+    an abort. Then the terminal records, and what hears of its end (span, events, hooks)."""
+    try:
+        family = host.spawned
+        limited = budget_limited(ending[-1])
+        if family is not None and family.has_children and (
+                cancelled or host.is_child or limited):
+            await family.abort_all_children(host.budget_stop if limited else None)
+    except asyncio.CancelledError:
+        cancelled = True
+        raise
+    finally:
+        if cancelled:
+            ending = records.cancelled(*turn, _cancelled_by(host))
+        for event in ending:
+            host.recorder.event(event)
+        host.task_ended()
+        if traced is not None:
+            traced.end(host, ending[-1])
+        announce_end(host, ending[-1])
 
 
 def _tell(host: Conversation, prompt: str) -> None:

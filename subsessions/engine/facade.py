@@ -14,8 +14,7 @@ from typing import Any
 
 from attrs import evolve
 
-from subsessions._core import resume
-from subsessions._core import turns as task
+from subsessions._core import resume, turns
 from subsessions._core.dispatch import Dispatcher
 from subsessions._core.runtime import Backend, Runtime
 from subsessions._core.session import Session
@@ -91,7 +90,7 @@ class Engine:
                       else load_profiles(home_path, project_dir or cwd)),
             dispatcher=self._dispatcher,
             registered=self._sessions.__contains__,
-            backend=backend or task.IN_PROCESS,
+            backend=backend or turns.IN_PROCESS,
             pace_collector=pace_collector,
             tracer=engine_tracer(tracer_provider, capture_content),  # (the [otel] extra)
         )

@@ -22,8 +22,7 @@ from typing import Any
 
 from attrs import define, field
 
-from subsessions._core import turns as task
-from subsessions._core.child_run import run_child
+from subsessions._core import turns
 from subsessions._core.conversation import Child
 from subsessions._core.figures import Figures
 from subsessions._core.runtime import Runtime
@@ -113,19 +112,19 @@ class RayBackend:
         """Children of top-level sessions run on a shard, their follow-ups too (on the same
         shard while it lives); every other task runs here."""
         if not isinstance(host_session, Child) or host_session.depth != 1:
-            return task.run(host_session, prompt, first)
+            return turns.run(host_session, prompt, first)
         return self._run_remote(host_session, prompt, first)
 
     def run_child(self, child: Child, prompt: str) -> Coroutine[Any, Any, str | None]:
-        """A top-level session's child: `loop.run_child` around its remote task (which
-        `Child.child_task` claims); a deeper one's task loop runs here."""
+        """A top-level session's child: its remote task (which `Child.child_task` claims),
+        settled as `turns.run` settles one run here; a deeper one's task loop runs here."""
         if child.depth != 1:
-            return task.run(child, prompt, None, child)
-        return run_child(child, prompt, child)
+            return turns.run(child, prompt, None, child)
+        return turns.settled(child, child.child_task(prompt))
 
     async def _run_remote(self, child: Child, prompt: str, first: bool) -> str | None:
         if child.stop is not None:  # stopped before it began
-            return await task.run(child, prompt, first)  # it ends here, as in process
+            return await turns.run(child, prompt, first)  # it ends here, as in process
         child.task_begins()  # from here a cancel reaches this task, and through it the shard
         child.meter.disarm()  # its clock rings on the shard, which counts what it spends
         try:
@@ -136,7 +135,7 @@ class RayBackend:
                 shard = await pool.place(self._shard_of.get(child.session_id))
             except asyncio.CancelledError:  # no shard has it yet: it ends here, as in process
                 child.request_stop(deliver=False)
-                await task.run(child, prompt, first)
+                await turns.run(child, prompt, first)
                 raise
             assert child.parent is not None
             spec = child_spec(child, prompt, first)
@@ -174,7 +173,7 @@ class RayBackend:
                 current = asyncio.current_task()
                 if child.stop is not None or (current is not None and current.cancelling()):
                     child.request_stop(deliver=False)  # stopped on its way: it ends here,
-                    await task.run(child, prompt, first)  # as in process (this raises)
+                    await turns.run(child, prompt, first)  # as in process (this raises)
                     raise
                 shard = await pool.place()
 

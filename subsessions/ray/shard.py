@@ -18,7 +18,7 @@ from typing import Any
 
 from attrs import define
 
-from subsessions._core import turns as task
+from subsessions._core import turns
 from subsessions._core.dispatch import Dispatcher
 from subsessions._core.runtime import Runtime
 from subsessions._core.session import Session
@@ -92,7 +92,7 @@ class Shard:
             client = DriverModel(self._channel, model_provider)
         self._runtime = Runtime(home=Path(home), cwd=cwd, model_client=client, model=model,
                                 model_provider=model_provider, profiles=profiles,
-                                dispatcher=Dispatcher(), backend=task.IN_PROCESS)
+                                dispatcher=Dispatcher(), backend=turns.IN_PROCESS)
         self._roots: dict[str, tuple[Session, int]] = {}  # stand-ins, with their children
         self._running: dict[str, ShardChild] = {}  # children sent here, by id
         self._groups = self._received = 0  # calls of `run_children`, and children in them

@@ -8,7 +8,7 @@ from typing import Any
 
 from attrs import evolve
 
-from subsessions._core import turns as task
+from subsessions._core import turns
 from subsessions._core.conversation import Child
 from subsessions._core.kit import Kit
 from subsessions._core.meter import Meter, Stop
@@ -63,7 +63,7 @@ class ShardChild(Child):
 
     def run_task(self, prompt: str) -> Coroutine[Any, Any, str | None]:
         """Its task, claimed at its first line (it never settles here: `Shard._report`)."""
-        return task.run(self, prompt, None)
+        return turns.run(self, prompt, None)
 
     async def tell_parent(self, message: str) -> str:
         return await self.to_parent(heard(self.session_id, message))
