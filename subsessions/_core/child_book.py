@@ -1,41 +1,33 @@
 """ChildBook: what a parent knows of its children, the read side of its manager: each
-child by id (oldest first; read through its `ChildLife`), and those that ended unseen."""
+child by id (oldest first), and those that ended unseen."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Generic, Protocol
+from typing import TYPE_CHECKING
 
-from subsessions._core.child import B, ChildLife
-from subsessions._core.services import Services
 from subsessions.children import ChildInfo, ChildStatus
 from subsessions.errors import SessionBusy, UnknownSession
 
-
-class Owner(Protocol):
-    """What the book reads of the session whose children it holds."""
-
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def runtime(self) -> Services: ...
+if TYPE_CHECKING:  # names only: sessions and children are made above
+    from subsessions._core.conversation import Child, Conversation
 
 
-class ChildBook(Generic[B]):
+class ChildBook:
     """The base of `SubsessionManager`: its children's records and what they answer."""
 
     __slots__ = ("_children", "_owner", "_unnoticed")
 
-    def __init__(self, owner: Owner) -> None:
+    def __init__(self, owner: Conversation) -> None:
         self._owner = owner
-        self._children: dict[str, ChildLife[B]] = {}
-        self._unnoticed: list[ChildLife[B]] = []  # ended children the parent was not told of yet
+        self._children: dict[str, Child] = {}
+        self._unnoticed: list[Child] = []  # ended children the parent was not told of yet
 
     def __repr__(self) -> str:
         counts = Counter(child.status.value for child in self._children.values())
         return f"<SubsessionManager of {self._owner.session_id} {dict(counts)}>"
 
-    def _lookup(self, session_id: str) -> ChildLife[B]:
+    def _lookup(self, session_id: str) -> Child:
         record = self._children.get(session_id) if isinstance(session_id, str) else None
         if record is None:
             raise UnknownSession(str(session_id))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from subsessions._core.dispatch import Caller
-from subsessions._core.services import Services
+from subsessions._core.runtime import Runtime
 from subsessions._core.tree import SessionTree
 from subsessions.errors import SubsessionError
 from subsessions.events import emit
@@ -16,7 +16,7 @@ class Hooked(Caller, Protocol):
     """What the hooks around a task read of its session."""
 
     @property
-    def runtime(self) -> Services: ...
+    def runtime(self) -> Runtime: ...
     tree: SessionTree
     @property
     def is_child(self) -> bool: ...

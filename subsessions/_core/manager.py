@@ -1,8 +1,8 @@
 """SubsessionManager: one per session; spawns, tracks, waits for and cancels its children.
 
-The manager never builds a session: it asks its owner for each child (`new_child`); it is
-typed against the `Member` protocol (spawning.py) and each child's life (`ChildLife`: its
-stop, its one ending). Tree-wide limits and profiles live in the owner's `SessionTree`.
+The manager never builds a session: it asks its owner for each child (`new_child`), and
+reads and changes each child's life through the child's own methods (its stop, its one
+ending). Tree-wide limits and profiles live in the owner's `SessionTree`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ import os
 from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from subsessions._core import composition, waits
-from subsessions._core.child import ChildLife, Settle
 from subsessions._core.child_book import ChildBook
 from subsessions._core.kit import Kit
-from subsessions._core.spawning import Kid, Kits, Member, consent
+from subsessions._core.spawning import Kits, consent
 from subsessions._core.tree import Reservation
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
@@ -37,16 +36,18 @@ from subsessions.ids import new_session_id
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 
+if TYPE_CHECKING:  # names only: sessions and children are made above
+    from subsessions._core.conversation import Child, Conversation, Settle
+
 _spawn_ids = itertools.count(1)
-Record = ChildLife[Kid]
 
 
-class SubsessionManager(ChildBook[Kid]):
+class SubsessionManager(ChildBook):
     """The children of one session. Limits are counted over the root's whole tree."""
 
     __slots__ = ("_kits", "_session", "_settle_one")
 
-    def __init__(self, session: Member) -> None:
+    def __init__(self, session: Conversation) -> None:
         super().__init__(session)
         self._session = session
         self._kits = Kits(session)  # what siblings of one profile share
@@ -102,15 +103,15 @@ class SubsessionManager(ChildBook[Kid]):
         return record.session_id
 
     def _child(self, kit: Kit, call_id: str, budget: Budget | None,
-               session_id: str | None = None, *, queued: bool = False) -> Record:
+               session_id: str | None = None, *, queued: bool = False) -> Child:
         """A child, not started (a requeued child keeps its id)."""
         child_id = session_id or new_session_id()
         return self._session.new_child(
             child_id, kit, call_id, budget, self._settle_one,
             partial(self._withdraw, child_id) if queued else None)
 
-    def _launch(self, record: Record, prompt: str, place: Reservation) -> None:
-        parent, child = self._session, record.body
+    def _launch(self, record: Child, prompt: str, place: Reservation) -> None:
+        parent, child = self._session, record
         runtime = parent.runtime
         runtime.spawn_task(child.run_child(prompt), f"subsession-{child.session_id}")
         place.commit()
@@ -133,7 +134,7 @@ class SubsessionManager(ChildBook[Kid]):
         if not parent.is_child:
             parent.write_meta()
         record = self._child(kit, call_id, budget, session_id, queued=True)
-        child, child_id = record.body, record.session_id
+        child, child_id = record, record.session_id
         parent.tree.enqueue(child_id, partial(self._dequeued, record, prompt))
         self._children[child_id] = record
         parent.recorder.event({**records.background(f"queued child session {child_id}"),
@@ -151,14 +152,14 @@ class SubsessionManager(ChildBook[Kid]):
             self._hold_message(self._children[session_id], message)
         self._session.tree.start_queued()
 
-    def _hold_message(self, record: Record, message: str) -> None:
+    def _hold_message(self, record: Child, message: str) -> None:
         """A message to a queued child: read after its prompt, before its first model call.
         The parent's rollout keeps it, for a resume (`requeue`) and if it never starts."""
-        record.body.inbox.append(message)
+        record.inbox.append(message)
         self._session.recorder.event({**records.background(
             f"message to queued child session {record.session_id}"), "sent": message})
 
-    def _dequeued(self, record: Record, prompt: str, place: Reservation) -> None:
+    def _dequeued(self, record: Child, prompt: str, place: Reservation) -> None:
         with place:
             record.dequeued()
             try:
@@ -170,7 +171,7 @@ class SubsessionManager(ChildBook[Kid]):
         """A queued child cancelled: it leaves the queue and ends cancelled, unstarted."""
         if self._session.tree.withdraw(child_id):
             record = self._children[child_id]
-            record.body.inbox.clear()  # its task's, never read (its parent's rollout has them)
+            record.inbox.clear()  # its task's, never read (its parent's rollout has them)
             self._settle(record, Cancelled(), started=False)
 
     def _check_can_start(self, what: str) -> None:
@@ -179,14 +180,14 @@ class SubsessionManager(ChildBook[Kid]):
             raise SessionBusy(parent.session_id, f"has ended; it cannot {what}")
 
     # -- endings ----------------------------------------------------------------------------
-    def _settle(self, record: Record, outcome: Ending, *, started: bool = True) -> None:
+    def _settle(self, record: Child, outcome: Ending, *, started: bool = True) -> None:
         """A child's ending is on disk (called from its own task's `finally`), or a queued
         child that never started ends."""
         record.settle(outcome)
         parent = self._session
         if started:
             parent.tree.child_ended()
-        child, child_id = record.body, record.session_id
+        child, child_id = record, record.session_id
         if isinstance(outcome, Done):
             message = f"child session {child_id} completed"
         elif isinstance(outcome, Failed):
@@ -206,18 +207,18 @@ class SubsessionManager(ChildBook[Kid]):
             child.release()  # its ending is on disk: what the API reports stays, history goes
         parent.wake()  # whether to is Session.wake's to decide (wake_on_child_end, idle)
 
-    def adopt_ended(self, make: Callable[[Settle], Record]) -> None:
+    def adopt_ended(self, make: Callable[[Settle], Child]) -> None:
         """Know a child that ended in an earlier run (resume), made by `make` given how it
         settles here: it can be waited for, and sent a follow-up."""
         record = make(self._settle_one)
         self._children[record.session_id] = record
 
-    def tree(self) -> list[Member]:
+    def tree(self) -> list[Conversation]:
         """Every descendant session, depth first."""
-        found: list[Member] = []
+        found: list[Conversation] = []
         for child in self._children.values():
-            found.append(child.body)
-            family = child.body.spawned
+            found.append(child)
+            family = child.spawned
             if family is not None:
                 found.extend(family.tree())
         return found
@@ -301,7 +302,7 @@ class SubsessionManager(ChildBook[Kid]):
             await asyncio.wait(pending)
 
     # -- budgets and messages ---------------------------------------------------------------
-    def stop_all_children(self, budget: BudgetExhausted | None) -> list[Record]:
+    def stop_all_children(self, budget: BudgetExhausted | None) -> list[Child]:
         """Deliver a cancel (or a budget stop) to every running child; they end by
         themselves, each with its one ending."""
         pending = [child for child in self._children.values() if not child.settled]
@@ -320,7 +321,7 @@ class SubsessionManager(ChildBook[Kid]):
             if record.withdraw is not None:  # queued: never wait for it to start
                 self._hold_message(record, message)
                 return "queued"
-            if record.accepting and await record.body.take_message(message):
+            if record.accepting and await record.take_message(message):
                 return "queued"
             if not record.settled:  # ending now: the message starts what follows
                 await asyncio.wait((record.finished,))
@@ -328,12 +329,12 @@ class SubsessionManager(ChildBook[Kid]):
             self._follow_up(record, message)
             return "started"
 
-    def _follow_up(self, record: Record, message: str) -> None:
+    def _follow_up(self, record: Child, message: str) -> None:
         parent = self._session
         runtime = parent.runtime
         runtime.check_open()
         self._check_can_start("send messages to its sub-sessions")
-        child = record.body
+        child = record
         with parent.tree.reserve_follow_up() as place:
             child.prepare_follow_up()
             runtime.spawn_task(child.run_child(message),

@@ -5,7 +5,7 @@ that never spawns nor is sent a message, carries two empty slots."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from attrs import define
 
@@ -13,16 +13,15 @@ from subsessions.events import EventHub, listening
 from subsessions.tools import ToolContext
 from subsessions.usage import Usage
 
-# Its children's manager: `SessionState` names it, so these parts sit below the manager
-# (`tests/test_layers.py`: fewer floors from a session down to the runtime).
-M = TypeVar("M")
+if TYPE_CHECKING:  # a name only: a session makes its manager when first asked
+    from subsessions._core.manager import SubsessionManager
 
 
 @define(eq=False)
-class Extras(Generic[M]):
+class Extras:
     """What few sessions ever need, made at the first use of one of them."""
 
-    subsessions: M | None = None  # its children (made when first asked for)
+    subsessions: SubsessionManager | None = None  # its children (made when first asked for)
     inbox: list[str] | None = None  # sent while it runs, read before its next model call
     mailbox: Callable[[str], Awaitable[bool]] | None = None  # its remote task's inbox
     elsewhere: dict[str, Usage] | None = None  # descendants run by another process (Ray)
@@ -32,29 +31,29 @@ class Extras(Generic[M]):
     resume_report: str | None = None  # what resuming or forking read and skipped
 
 
-class SessionParts(Generic[M]):
+class SessionParts:
     """The base of `SessionState`: what it makes on demand."""
 
     __slots__ = ("_events", "_events_closed", "_extras")
 
     session_id: str
     call_id: str | None
-    parent: SessionParts[Any] | None
+    parent: SessionParts | None
 
-    def __init__(self, extras: Extras[M] | None, hub: bool) -> None:
+    def __init__(self, extras: Extras | None, hub: bool) -> None:
         # a top-level session's hub at once, a child's at its first listener (`events`)
         self._events = EventHub(self.session_id, None, None) if hub else None
         self._events_closed = False  # a hub made after `close_events` is made closed
         self._extras = extras
 
     @property
-    def spawned(self) -> M | None:
+    def spawned(self) -> SubsessionManager | None:
         """Its children's manager if it was ever asked for (readers make none)."""
         extras = self._extras
         return None if extras is None else extras.subsessions
 
     @property
-    def extras(self) -> Extras[M]:
+    def extras(self) -> Extras:
         """What few sessions need (made at first use)."""
         extras = self._extras
         if extras is None:

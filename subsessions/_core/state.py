@@ -15,7 +15,6 @@ from functools import partial
 from typing import Any
 
 from subsessions._core.kit import Kit, own_kit
-from subsessions._core.manager import SubsessionManager
 from subsessions._core.meter import Meter
 from subsessions._core.origin import NEW as NEW
 from subsessions._core.origin import Origin as Origin
@@ -36,7 +35,7 @@ from subsessions.tools.context import sandbox_policy
 from subsessions.usage import Usage
 
 
-class SessionState(SessionParts[SubsessionManager]):
+class SessionState(SessionParts):
     """One conversation's state (a top-level session or a child): see `Conversation`."""
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
@@ -259,13 +258,20 @@ class SessionState(SessionParts[SubsessionManager]):
     def request_stop(self, budget: BudgetExhausted | None = None, *,
                      deliver: bool = True) -> bool:
         """Stop its task (with `budget`: it ends `budget_limited`, else cancelled) unless a
-        stop came first; False then (a child's: `ChildLife.request_stop`)."""
-        if self.stop is not None:
+        stop came first, or it is past stopping; False then. Without `deliver` the task is
+        ending so by itself. A task that has not run its first line yet ends there, so its
+        own `finally` still writes its ending."""
+        if self.stop is not None or self.past_stopping:
             return False
         self.stop = CANCEL if budget is None else budget
         if deliver:
             self.cancel_task()
         return True
+
+    @property
+    def past_stopping(self) -> bool:
+        """A top-level session can always be stopped (a child: once it has ended, not)."""
+        return False
 
     def count_spent(self, spent: tuple[int, int]) -> None:
         """What its meter counted elsewhere (a shard: turns, tokens), kept when one counts."""

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from subsessions._core.child import ChildLife
 from subsessions.children import WaitResult, checked_seconds
 from subsessions.errors import ChildNotFinished, ChildTimeout, InvalidArguments
 
-Lookup = Callable[[str], ChildLife[Any]]
+if TYPE_CHECKING:  # a name only: children are made above
+    from subsessions._core.conversation import Child
+
+Lookup = Callable[[str], "Child"]
 
 
 async def wait_child(lookup: Lookup, session_id: str, timeout: float | None) -> str | None:
@@ -40,7 +42,7 @@ async def wait_child_ms(lookup: Lookup, session_id: str, timeout_ms: int | None)
     return await wait_child(lookup, session_id, None if timeout_ms is None else timeout_ms / 1000)
 
 
-async def _wait_one(record: ChildLife[Any], session_id: str, seconds: float | None,
+async def _wait_one(record: Child, session_id: str, seconds: float | None,
                     label_ms: int) -> str | None:
     if not record.settled:
         if seconds is not None and seconds <= 0:
@@ -52,7 +54,7 @@ async def _wait_one(record: ChildLife[Any], session_id: str, seconds: float | No
     return record.result()
 
 
-async def wait_many(children: Mapping[str, ChildLife[Any]], session_ids: list[str],
+async def wait_many(children: Mapping[str, Child], session_ids: list[str],
                     timeout: float | None, *, every: bool) -> WaitResult:
     """Once one (or every one) of the named children has ended, or at the timeout."""
     if isinstance(session_ids, str) or not all(isinstance(i, str) for i in session_ids):
@@ -74,7 +76,7 @@ async def wait_many(children: Mapping[str, ChildLife[Any]], session_ids: list[st
     )
 
 
-async def wait_for(records: Sequence[ChildLife[Any]], seconds: float | None, *,
+async def wait_for(records: Sequence[Child], seconds: float | None, *,
                    every: bool) -> None:
     """Wait for the first (or every) one of `records` to settle, or for the timeout."""
     pending = [r.finished for r in records if not r.settled]
