@@ -69,7 +69,7 @@ def test_starting_the_mcp_command_imports_neither_engine_nor_model_client() -> N
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             check=True, timeout=120).stdout.split()
     heavy = ("subsessions.engine.facade", "subsessions._core.session", "subsessions.mcp.app",
-             "subsessions.tools", "subsessions.rollouts", "openai", "ray")
+             "subsessions.tools", "subsessions.rollouts.reader", "openai", "ray")
     assert not [name for name in heavy if name in loaded]
 
 

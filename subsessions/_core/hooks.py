@@ -3,25 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-from subsessions._core.dispatch import Caller
-from subsessions._core.runtime import Runtime
-from subsessions._core.tree import SessionTree
+from subsessions._core.conversation import Conversation
 from subsessions.errors import SubsessionError
 from subsessions.events import emit
-
-
-class Hooked(Caller, Protocol):
-    """What the hooks around a task read of its session."""
-
-    @property
-    def runtime(self) -> Runtime: ...
-    tree: SessionTree
-    @property
-    def is_child(self) -> bool: ...
-    @property
-    def heard(self) -> bool: ...  # an event of it would reach a listener (it or above)
 
 
 def budget_limited(terminal: dict[str, Any]) -> bool:
@@ -29,7 +15,7 @@ def budget_limited(terminal: dict[str, Any]) -> bool:
     return terminal.get("reason") == "budget_limited"
 
 
-async def prompt_hooks(host: Hooked, prompt: str, first: bool) -> str:
+async def prompt_hooks(host: Conversation, prompt: str, first: bool) -> str:
     dispatcher = host.runtime.dispatcher
     if host.is_child and first:
         await dispatcher.invoke_hook(host, "on_session_start", {"source": "subsession"})
@@ -39,7 +25,7 @@ async def prompt_hooks(host: Hooked, prompt: str, first: bool) -> str:
     return prompt
 
 
-def announce_end(host: Hooked, terminal: dict[str, Any]) -> None:
+def announce_end(host: Conversation, terminal: dict[str, Any]) -> None:
     failure: str | None = (terminal.get("error") or {}).get("message")
     if budget_limited(terminal):
         failure = terminal["message"]
@@ -60,7 +46,7 @@ def announce_end(host: Hooked, terminal: dict[str, Any]) -> None:
         }))
 
 
-def hook_later(host: Hooked, hook: Any) -> None:
+def hook_later(host: Conversation, hook: Any) -> None:
     """End-of-task hooks run beside the ending, never delaying or blocking it."""
     try:
         host.runtime.spawn_task(hook, "subsessions-hook", while_closing=True)
