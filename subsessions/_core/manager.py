@@ -3,6 +3,9 @@
 The manager never builds a session: it asks its owner for each child (`new_child`), and
 reads and changes each child's life through the child's own methods (its stop, its one
 ending). Tree-wide limits and profiles live in the owner's `SessionTree`.
+
+ChildBook, its base: what a parent knows of its children, the read side (each child by
+id, oldest first, and those that ended unseen).
 """
 
 from __future__ import annotations
@@ -10,26 +13,36 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from subsessions._core import composition, waits
-from subsessions._core.child_book import ChildBook
+from subsessions._core import waits
 from subsessions._core.kit import Kit
 from subsessions._core.spawning import Kits, consent
 from subsessions._core.tree import Reservation
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
-from subsessions.children import Cancelled, Done, Ending, Failed, RunResult, WaitResult
+from subsessions.children import (
+    Cancelled,
+    ChildInfo,
+    ChildStatus,
+    Done,
+    Ending,
+    Failed,
+    RunResult,
+    WaitResult,
+)
 from subsessions.config import SessionConfig, filter_tools
 from subsessions.errors import (
     BudgetExhausted,
     InvalidArguments,
     SessionBusy,
     SubsessionError,
+    UnknownSession,
     error_text,
 )
 from subsessions.ids import new_session_id
@@ -38,6 +51,70 @@ from subsessions.rollouts import records
 
 if TYPE_CHECKING:  # names only: sessions and children are made above
     from subsessions._core.conversation import Child, Conversation, Settle
+
+
+class ChildBook:
+    """The base of `SubsessionManager`: its children's records and what they answer."""
+
+    __slots__ = ("_children", "_owner", "_unnoticed")
+
+    def __init__(self, owner: Conversation) -> None:
+        self._owner = owner
+        self._children: dict[str, Child] = {}
+        self._unnoticed: list[Child] = []  # ended children the parent was not told of yet
+
+    def __repr__(self) -> str:
+        counts = Counter(child.status.value for child in self._children.values())
+        return f"<SubsessionManager of {self._owner.session_id} {dict(counts)}>"
+
+    def _lookup(self, session_id: str) -> Child:
+        record = self._children.get(session_id) if isinstance(session_id, str) else None
+        if record is None:
+            raise UnknownSession(str(session_id))
+        return record
+
+    def status(self, session_id: str) -> ChildStatus:
+        return self._lookup(session_id).status
+
+    def info(self, session_id: str) -> ChildInfo:
+        return self._lookup(session_id).info()
+
+    def children(self) -> list[ChildInfo]:
+        """Every child of this session, oldest first."""
+        return [child.info() for child in self._children.values()]
+
+    def forget(self, session_id: str) -> None:
+        """Drop an ended child that nobody will ask about again (a batch's, once its ending
+        is journaled): a million of them are not kept. Its rollout stays on disk."""
+        record = self._lookup(session_id)
+        if not record.settled:
+            raise SessionBusy(session_id, "is running; only an ended child can be forgotten")
+        del self._children[session_id]
+        self._owner.runtime.dispatcher.forget_child(session_id)
+
+    def running(self) -> list[str]:
+        return [cid for cid, child in self._children.items() if not child.settled]
+
+    @property
+    def has_children(self) -> bool:
+        return bool(self._children)
+
+    @property
+    def has_notices(self) -> bool:
+        return bool(self._unnoticed)
+
+    def take_notices(self) -> list[ChildInfo]:
+        """Children that ended unseen since the last call; each is returned once."""
+        notices = [r.info() for r in self._unnoticed if not r.waited]
+        for record in self._unnoticed:
+            record.waited = True
+        self._unnoticed.clear()
+        return notices
+
+    def mark_seen(self, session_id: str) -> None:
+        """The model learned how this child ended (e.g. from cancel_session): no notice."""
+        self._lookup(session_id).waited = True
+
 
 _spawn_ids = itertools.count(1)
 
@@ -251,7 +328,7 @@ class SubsessionManager(ChildBook):
         *, call_id: str | None = None,
     ) -> RunResult:
         """Spawn every task at once; results in task order (pending ones on timeout)."""
-        return await composition.run_parallel(self, tasks, timeout, call_id=call_id)
+        return await waits.run_parallel(self, tasks, timeout, call_id=call_id)
 
     async def run_chain(
         self, tasks: list[tuple[str | Profile, str]], timeout: float | None = None,
@@ -259,7 +336,7 @@ class SubsessionManager(ChildBook):
     ) -> RunResult:
         """Run tasks one after another, `{previous}` in a prompt being the last result;
         stop at the first step that does not complete."""
-        return await composition.run_chain(self, tasks, timeout, call_id=call_id)
+        return await waits.run_chain(self, tasks, timeout, call_id=call_id)
 
     async def run_batch(
         self, session_type: str, items_path: str | os.PathLike[str], prompt: str,

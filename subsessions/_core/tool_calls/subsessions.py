@@ -7,10 +7,10 @@ from typing import Any, Literal
 import orjson
 from attrs import define
 
-from subsessions._core import composition
-from subsessions._core.composition import Spawner
+from subsessions._core import waits
 from subsessions._core.manager import SubsessionManager
 from subsessions._core.specs import SCHEMAS, batch_schema, create_schema, run_schema
+from subsessions._core.waits import Spawner
 from subsessions.budget import parse_budget
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
 from subsessions.profiles import Profile
@@ -158,7 +158,7 @@ def parse_run(manager: SubsessionManager, arguments: dict[str, Any]) -> RunPlan:
 
 async def run_plan(plan: RunPlan, spawner: Spawner, call_id: str) -> str:
     """Run a checked plan, its children spawned through `spawner`; every step's outcome."""
-    runner = composition.run_parallel if plan.mode == "parallel" else composition.run_chain
+    runner = waits.run_parallel if plan.mode == "parallel" else waits.run_chain
     run = await runner(spawner, plan.tasks, plan.seconds, call_id=call_id)
     body: dict[str, Any] = {
         "mode": plan.mode,
