@@ -130,9 +130,11 @@ class Conversation(SessionState):
         return child_config(self.kit, profile, self.model, self.cwd, self.child_tool_context())
 
     def new_child(self, session_id: str, kit: Kit, call_id: str, budget: Budget | None,
-                  on_ended: Settle, withdraw: Callable[[], None] | None) -> Child:
-        """What the manager asks for: a child, not started (`withdraw`: it waits queued)."""
-        return Child(self, kit, session_id, call_id, budget, on_ended, withdraw)
+                  on_ended: Settle, withdraw: Callable[[], None] | None,
+                  origin: Origin = NEW) -> Child:
+        """What the manager asks for: a child, not started (`withdraw`: it waits queued;
+        `origin`: a fork's copied history)."""
+        return Child(self, kit, session_id, call_id, budget, on_ended, withdraw, origin=origin)
 
     def hear(self, text: str) -> str:
         """A child's message, read before this session's next model call."""
@@ -194,6 +196,9 @@ class Conversation(SessionState):
                 "parent": self.parent.session_id, "depth": self.depth, "call_id": self.call_id},
         ))
         if self._extras is not None:
+            if self._extras.forked_from is not None:  # a fork's copied items come first
+                for item in self.history:
+                    self.recorder.record("response_item", item)
             for note in self._extras.notes:
                 self.recorder.event(note)
             self._extras.notes = ()

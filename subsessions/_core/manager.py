@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from subsessions._core import waits
 from subsessions._core.kit import Kit
-from subsessions._core.spawning import Kits, consent
+from subsessions._core.origin import NEW, Origin
+from subsessions._core.spawning import Kits, consent, fork_turns_of, forked_items
 from subsessions._core.tree import Reservation
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
@@ -155,9 +156,13 @@ class SubsessionManager(ChildBook):
         *,
         call_id: str | None = None,
         budget: Budget | None = None,
+        fork_turns: int | str | None = None,
     ) -> str:
         """Queue a child and return its id at once; it runs in an engine-owned task. Its
-        `budget` (with its profile's) is clamped to what this session and the tree have left."""
+        `budget` (with its profile's) is clamped to what this session and the tree have left.
+        `fork_turns` ("all", or N >= 1: the last N turns) starts it from a copy of this
+        session's conversation (DESIGN 3.13); None (or "none") from its prompt alone."""
+        fork_turns = fork_turns_of(fork_turns, "spawn_child")
         parent = self._session
         runtime = parent.runtime
         runtime.check_open()
@@ -170,22 +175,26 @@ class SubsessionManager(ChildBook):
         await consent(parent, kit, prompt, budget)  # the root's on_spawn, before any place
         tree = parent.tree
         call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
+        origin = NEW if fork_turns is None else Origin(
+            history=forked_items(parent.history, fork_turns, call_id),
+            forked_from=parent.session_id)
         if tree.must_queue(parent.depth):  # beyond max_children: it waits its turn
-            return self._enqueue(kit, prompt, call_id, budget)
+            return self._enqueue(kit, prompt, call_id, budget, origin=origin)
         with await tree.reserve(parent.depth) as place:  # given back if it fails
             if not parent.is_child:  # a top-level rollout starts with its first task or child
                 parent.write_meta()
-            record = self._child(kit, call_id, budget)
+            record = self._child(kit, call_id, budget, origin=origin)
             self._launch(record, prompt, place)
         return record.session_id
 
     def _child(self, kit: Kit, call_id: str, budget: Budget | None,
-               session_id: str | None = None, *, queued: bool = False) -> Child:
+               session_id: str | None = None, *, queued: bool = False,
+               origin: Origin = NEW) -> Child:
         """A child, not started (a requeued child keeps its id)."""
         child_id = session_id or new_session_id()
         return self._session.new_child(
             child_id, kit, call_id, budget, self._settle_one,
-            partial(self._withdraw, child_id) if queued else None)
+            partial(self._withdraw, child_id) if queued else None, origin)
 
     def _launch(self, record: Child, prompt: str, place: Reservation) -> None:
         parent, child = self._session, record
@@ -204,13 +213,13 @@ class SubsessionManager(ChildBook):
 
     # -- the queue (DESIGN 3.11) ------------------------------------------------------------
     def _enqueue(self, kit: Kit, prompt: str, call_id: str, budget: Budget | None,
-                 session_id: str | None = None) -> str:
+                 session_id: str | None = None, *, origin: Origin = NEW) -> str:
         """A spawn beyond max_children: its id now, its task and rollout when a place frees.
         The parent's rollout keeps what restarts it after a crash (`requeue`)."""
         parent = self._session
         if not parent.is_child:
             parent.write_meta()
-        record = self._child(kit, call_id, budget, session_id, queued=True)
+        record = self._child(kit, call_id, budget, session_id, queued=True, origin=origin)
         child, child_id = record, record.session_id
         parent.tree.enqueue(child_id, partial(self._dequeued, record, prompt))
         self._children[child_id] = record

@@ -1,5 +1,5 @@
-"""Spawning: the kits a session's children are made of, and the root's consent to each
-spawn."""
+"""Spawning: the kits a session's children are made of, the root's consent to each spawn,
+and what a forked child starts from."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from subsessions._core.kit import Kit
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig, as_child_config
 from subsessions.errors import InvalidArguments, SpawnDenied, error_text
+from subsessions.items import Item
 from subsessions.profiles import Profile, resolve_profile
 
 if TYPE_CHECKING:  # a name only: sessions are made above
@@ -69,3 +70,34 @@ async def consent(parent: Conversation, kit: Kit, prompt: str, budget: Budget | 
         raise SpawnDenied(error_text(exc)) from exc
     if isinstance(answer, dict) and answer.get("decision") == "deny":
         raise SpawnDenied(str(answer.get("reason") or "denied by a hook"))
+
+
+def fork_turns_of(value: object, tool: str) -> int | str | None:
+    """`fork_turns` as given (DESIGN 3.13): None for an isolated child, "all", or N >= 1."""
+    if value is None or value == "none":
+        return None
+    if value == "all" or (type(value) is int and value >= 1):
+        return value
+    raise InvalidArguments(tool, f'fork_turns: must be null, "none", "all" or an integer >= 1, '
+                           f"not {value!r:.40}")
+
+
+def forked_items(history: list[Item], turns: int | str, call_id: str) -> tuple[Item, ...]:
+    """What a forked child starts from: the parent's conversation items of its last `turns`
+    turns (a turn opens with a user message; the spawning one counts), without the spawning
+    call, without a call that has no output yet (or an output without its call), and
+    without developer or system messages (instructions are never copied)."""
+    starts = [n for n, item in enumerate(history) if _role(item) == "user"]
+    first = 0 if turns == "all" or not isinstance(turns, int) or len(starts) <= turns else (
+        starts[-turns])
+    items = history[first:]
+    calls = {i.get("call_id") for i in items if i.get("type") == "function_call"}
+    answered = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
+    kept = calls & answered - {call_id}
+    return tuple(item for item in items if _role(item) not in ("developer", "system") and (
+        item.get("type") not in ("function_call", "function_call_output")
+        or item.get("call_id") in kept))
+
+
+def _role(item: Item) -> str | None:
+    return item.get("role") if item.get("type", "message") == "message" else None
