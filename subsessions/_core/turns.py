@@ -17,7 +17,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, Protocol
 
 from subsessions._core.conversation import Child, Conversation
-from subsessions._core.hooks import announce_end, budget_limited, prompt_hooks
+from subsessions._core.hooks import announce_end, budget_limited, prompt_hooks, stop_blocked
 from subsessions._core.tool_calls.calls import call_tool
 from subsessions._core.turn_budget import budget_cancelled, budget_ending, check, fresh
 from subsessions._core.turn_children import children_at_turn_end, deliver_notices
@@ -95,13 +95,19 @@ async def run(host: Conversation, prompt: str, first: bool | None,
             try:
                 host.recorder.flush()  # the task's head reaches the file before the first call
                 tool_choice = host.config.tool_choice  # then auto, once a tool was called
+                blocks = 0  # its stop hook kept it going so often (a child's)
                 for _ in range(host.max_turns):
                     request = _request(host, tool_choice)
                     responding = host.tree.respond(host, host.runtime.model_client, request)
                     answer, calls = _answered(host, await (
                         responding if tracer is None else tracer.chat(host, request, responding)))
-                    if not calls:  # done, unless a message came or its children are awaited
-                        if host.has_mail or await children_at_turn_end(host):
+                    if not calls:  # done, unless a message came, its children are awaited,
+                        if host.has_mail or await children_at_turn_end(host):  # or a hook
+                            continue  # keeps a child going
+                        if host.is_child and host.tree.config.hooks is not None and (
+                                reason := await stop_blocked(host, answer, blocks)) is not None:
+                            blocks += 1
+                            _tell(host, reason)
                             continue
                         break
                     tool_choice = "auto"  # (map: a closure over `host` is a cell a frame)
