@@ -1,8 +1,9 @@
-"""Every Python example in docs/ runs (pytest-examples), offline, in a fresh folder that is
-also its HOME and SUBSESSIONS_HOME; `#>` comments are the output it must print.
+"""Every Python example in docs/ and the README runs (pytest-examples), offline, in a fresh
+folder that is also its HOME and SUBSESSIONS_HOME; `#>` comments are the output it must print.
 
 An example that cannot run here (it needs a real model, a key, an MCP host, a cluster)
-starts with a comment line `# not run: <why>`; it is only compiled, so it stays valid Python.
+starts with a comment line `# not run: <why>`; it is only compiled (so it stays valid
+Python), then skipped with that reason.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ pytest.importorskip("pytest_examples", reason="pip install 'subsessions[docs]'")
 from pytest_examples import CodeExample, EvalExample, find_examples
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = list(find_examples(str(ROOT / "docs")))
+EXAMPLES = list(find_examples(str(ROOT / "docs"), str(ROOT / "README.md")))
 NOT_RUN = "# not run:"
 
 
@@ -41,7 +42,8 @@ def test_docs_example(
 ) -> None:
     if example.source.lstrip().startswith(NOT_RUN):
         compile(example.source, str(example.path), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        return
+        why = example.source.lstrip().splitlines()[0].removeprefix(NOT_RUN).strip()
+        pytest.skip(f"compiled, not run: {why}")
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
     monkeypatch.chdir(tmp_path)
