@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import traceback
 from pathlib import Path
 
@@ -27,6 +28,14 @@ NOT_RUN = "# not run:"
 def test_there_are_at_least_forty_examples_that_run() -> None:
     ran = [e for e in EXAMPLES if not e.source.lstrip().startswith(NOT_RUN)]
     assert len(ran) >= 40, len(ran)
+
+
+def test_the_api_reference_names_every_public_name() -> None:
+    import subsessions
+
+    page = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"^::: subsessions\.(\w+)$", page, flags=re.MULTILINE))
+    assert sorted(set(subsessions.__all__) - named) == []
 
 
 def _marked(example: CodeExample) -> object:
