@@ -38,6 +38,20 @@ def test_the_api_reference_names_every_public_name() -> None:
     assert sorted(set(subsessions.__all__) - named) == []
 
 
+def test_shell_examples_that_need_a_model_say_so() -> None:
+    """Shell blocks are not run; one that starts sessions (or a cluster, or an npm host)
+    opens with a `# needs ...` comment saying what it needs."""
+    needs = re.compile(r"subsessions (run|batch|mcp|serve|resume)\b|codex |ray start|npx ")
+    silent = []
+    for page in [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]:
+        text = page.read_text(encoding="utf-8")
+        for block in re.finditer(r"```(?:sh|bash)\n(.*?)```", text, flags=re.DOTALL):
+            body = block.group(1)
+            if needs.search(body) and not body.lstrip().startswith("# needs"):
+                silent.append(f"{page.name}:{text[:block.start()].count(chr(10)) + 1}")
+    assert silent == [], silent
+
+
 def _marked(example: CodeExample) -> object:
     """`subsessions demo` runs real pytest and ruff: about 20 s on 2 busy cores."""
     slow = '"demo"' in example.source
