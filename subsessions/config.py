@@ -51,6 +51,17 @@ HookFn: TypeAlias = Callable[[dict[str, Any]], Any]
 
 @frozen
 class Hooks:
+    """Handlers a top-level session's tree calls at its events (each sync or async).
+
+    Every input is a dict carrying the `session_id` of the session the event happened in
+    (a child's own id for a child's tool call). `on_pre_tool_use` may answer
+    `{"permissionDecision": "deny", "permissionDecisionReason": ...}` or
+    `{"modifiedArgs": {...}}`; `on_post_tool_use` may replace the output. A hook that
+    raises is logged and ignored, except `on_spawn`: asked before any child of the tree is
+    admitted, it denies with `{"decision": "deny", "reason": r}` (or by raising), and the
+    spawn fails with `spawn denied: {r}`.
+    """
+
     on_pre_tool_use: HookFn | None = None
     on_post_tool_use: HookFn | None = None
     on_user_prompt_submitted: HookFn | None = None
