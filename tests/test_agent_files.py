@@ -5,6 +5,7 @@ one for the `~` folders). Running ones go through the engine with the scripted m
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from fake_openai import FakeOpenAI, Recorded, Reply, fake_openai, text
 from scripting import Script, script
 
 from subsessions import Engine, SessionConfig, Tool
@@ -21,7 +23,7 @@ from subsessions.errors import ConfigError
 from subsessions.profiles import LoadedProfile, load_profiles
 from subsessions.settings import settings_from_mapping
 
-__all__ = ["script"]  # the fixture, imported so that pytest finds it here
+__all__ = ["fake_openai", "script"]  # the fixtures, imported so that pytest finds them
 
 BUILTINS = {"tester", "mathematician", "linter_fixer", "default"}
 INSTRUCTIONS = "Review the diff and list every bug you find."
@@ -412,3 +414,32 @@ def test_profiles_show_lists_host_tools_and_the_codex_extras(
     the_reviewer("codex", project)
     result = cli("profiles", "show", "reviewer", "--home", str(home), cwd=project, user=user)
     assert "sandbox: read-only\nreasoning_effort: high\n" in result.stdout
+
+
+async def test_a_batch_runs_a_claude_agent_and_warns_once_of_a_broken_file(
+    fake_openai: FakeOpenAI, home: Path, project: Path, user: Path
+) -> None:
+    """`subsessions batch` reads the profiles once: one warning line, not one per reader."""
+    seen: list[Recorded] = []
+
+    def answer(request: Recorded) -> Reply:
+        seen.append(request)
+        return text("done")
+
+    fake_openai.script = answer
+    the_reviewer("claude", project)
+    config(home, '[model_aliases]\nsonnet = "m-sonnet"\n')
+    write(project / ".claude" / "agents" / "broken.md", "---\n- not a mapping\n---\n")
+    write(project / "items.csv", "diff\nA\n")
+    env = {**os.environ, "HOME": str(user)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "subsessions", "batch", "items.csv", "--profile", "reviewer",
+        "--prompt", "Review {diff}", "--out", "out.jsonl", "--home", str(home),
+        "--base-url", fake_openai.base_url, "--model", "m", "--wire-api", "responses",
+        cwd=project, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(process.communicate(), 50)
+    assert process.returncode == 0, err.decode()
+    warned = [line for line in err.decode().splitlines() if "skipped agent file" in line]
+    assert len(warned) == 1 and "broken.md" in warned[0]
+    [request] = [r for r in seen if r.body.get("instructions") == INSTRUCTIONS]
+    assert request.body["model"] == "m-sonnet"
