@@ -21,6 +21,7 @@ from subsessions import Engine, SessionConfig, Tool
 from subsessions.config import derive_config
 from subsessions.errors import ConfigError
 from subsessions.profiles import LoadedProfile, load_profiles
+from subsessions.rollouts.reader import find_rollout
 from subsessions.settings import settings_from_mapping
 
 __all__ = ["fake_openai", "script"]  # the fixtures, imported so that pytest finds them
@@ -180,6 +181,7 @@ async def test_a_seed_folders_persona_and_memory_reach_it_top_level_never_as_a_c
     [child] = script.seen["as a child"]
     assert child.instructions == "Play the character."
     assert b"SECRET" not in orjson.dumps([child.instructions, child.items, child.tools])
+    assert b"SECRET" not in find_rollout(home, cid).read_bytes()
 
 
 # -- order and `[profiles] sources` ----------------------------------------------------------
@@ -291,6 +293,10 @@ HOSTILE: dict[str, tuple[str, str | bytes, str]] = {  # file, content, reason in
               "description must be a string"),
     "tools": ("tools.md", "---\nname: tools\ntools: {a: 1}\n---\nx\n", "tools must be"),
     "deep": ("deep.md", "---\nname: " + "[" * 5000 + "\n---\nx\n", "invalid YAML"),
+    "laughs": ("laughs.md", "---\na: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n"
+        for p, n in zip("abcdefgh", "bcdefghi", strict=True))
+        + "name: laughs\ntools: *i\n---\nx\n", "tools must be"),
 }
 
 
