@@ -77,7 +77,9 @@ _PROVIDER_KEYS: dict[str, type] = {
     "request_max_retries": int, "stream_idle_timeout_ms": int,
 }
 _AGENT_KEYS = {"max_depth": int, "max_children": int, "max_queued": int}
-_TABLES = {"model_providers", "agents", "mcp_servers", "shell_environment_policy", "ray"}
+_TABLES = {"model_providers", "agents", "mcp_servers", "shell_environment_policy", "ray",
+           # read, with their own checks, where profiles load (subsessions.profiles.layers)
+           "profiles", "model_aliases"}
 _RAY_KEYS: dict[str, type] = {"address": str, "shards": int, "per_shard": int}
 
 
