@@ -16,8 +16,9 @@ import orjson
 import pytest
 from fake_openai import FakeOpenAI, Recorded, Reply, fake_openai, text
 from scripting import Script, script
+from tools_support import needs_bwrap
 
-from subsessions import Engine, SessionConfig, Tool
+from subsessions import Engine, ScriptedModel, SessionConfig, Tool
 from subsessions.config import derive_config
 from subsessions.errors import ConfigError
 from subsessions.profiles import LoadedProfile, load_profiles
@@ -160,6 +161,35 @@ def test_a_read_only_codex_agent_narrows_the_sandbox_never_widens_it(
     assert derive_config(base, reviewer, model="m", cwd="/").sandbox == "read-only"
     assert wide.sandbox is None
     assert derive_config(base, wide).sandbox == "workspace-write"
+
+
+@needs_bwrap
+async def test_a_read_only_codex_agents_child_cannot_write_the_workspace(
+    home: Path, project: Path, user: Path
+) -> None:
+    """Attacked as the model would: its shell (in bwrap) and apply_patch both try to write
+    the parent's workspace, which stays writable to the parent."""
+    the_reviewer("codex", project)
+    attempts = ScriptedModel(lambda request: [{"type": "function_call", "name": "shell",
+                                               "arguments": {"command": ["touch", "by_shell"]}}]
+                             if request.instructions.startswith("Review") and not [
+                                 i for i in request.items if i.get("type") ==
+                                 "function_call_output"] else (
+        [{"type": "function_call", "name": "apply_patch", "arguments": {"patch": (
+            "*** Begin Patch\n*** Add File: by_patch\n+x\n*** End Patch\n")}}]
+        if request.instructions.startswith("Review") and len([
+            i for i in request.items if i.get("type") == "function_call_output"]) == 1
+        else ["done"]))
+    async with Engine(home, model_client=attempts, project_dir=project) as engine:
+        parent = await engine.create_session(SessionConfig(
+            cwd=str(project), builtin_tools=True, approval="never"))
+        cid = await parent.subsessions.spawn_child("reviewer", "review")
+        assert await parent.subsessions.wait_child(cid, timeout=60) == "done"
+    assert not (project / "by_shell").exists() and not (project / "by_patch").exists()
+    outputs = [item["output"] for item in attempts.requests[-1].items
+               if item.get("type") == "function_call_output"]
+    assert len(outputs) == 2 and all("read-only" in o or "Read-only" in o for o in outputs), (
+        outputs)
 
 
 # -- persona and memory (DESIGN 3.4) ---------------------------------------------------------
