@@ -23,6 +23,7 @@ from subsessions.batch.runner import Batch, BatchResult
 from subsessions.budget import Budget
 from subsessions.cli import batch_progress as progress
 from subsessions.config import SessionConfig
+from subsessions.engine.command_hooks import hooks_from_settings
 from subsessions.engine.from_settings import engine_from_settings
 from subsessions.errors import BatchError, ConfigError, UnknownSessionType
 from subsessions.profiles import LoadedProfile, load_profiles
@@ -89,7 +90,7 @@ def run_batch_command(args: argparse.Namespace, home: Path, settings: Settings, 
             max_queued=settings.max_queued,
             builtin_tools=True, env_policy=settings.env_policy, cwd=str(cwd),
             sandbox=args.sandbox, approval="never", network_access=args.network,
-            control=args.control)
+            control=args.control, hooks=hooks_from_settings(settings.command_hooks))
     except BaseException:
         batch.close()
         raise
