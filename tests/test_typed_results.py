@@ -163,3 +163,44 @@ async def test_create_session_refuses_a_bad_schema_in_one_line(
         said = await parent.send_and_wait("go") or ""
     assert said.startswith("invalid arguments for create_session: output_schema: 5 is not "
                            "valid under any of the given schemas")
+
+
+@pytest.mark.in_process
+async def test_a_typed_step_of_a_chain_hands_its_value_on_as_json(tmp_path: Path) -> None:
+    script = Script(route=first_prompt)
+    script.play("count", [lambda outs: submit(answer=3)])
+    async with Engine(tmp_path / "home", model_client=script.model) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        run = await parent.subsessions.run_chain(
+            [("worker", "count", {"output_schema": ANSWER}), ("worker", "double {previous}")],
+            timeout=60)
+    assert [step.child.result for step in run.steps if step.child] == [
+        {"answer": 3}, 'answer to double {"answer":3}']
+    with pytest.raises(InvalidArguments, match=r"\(profile, prompt, options\)"):
+        await parent.subsessions.run_parallel([("worker", "x", {"budget": None})])
+
+
+async def test_run_sessions_steps_take_output_schema_and_refuse_a_bad_one(
+    fake_openai: FakeOpenAI, home: Path, tmp_path: Path
+) -> None:
+    def script(request: Recorded) -> Reply:
+        if is_worker(request):
+            return calls(call("submit_result", {"answer": 5})) if not tool_outputs(
+                request) else text("ok")
+        done = tool_outputs(request)
+        task = {"session_type": "worker", "prompt": "p", "fork_turns": None}
+        if not done:
+            return calls(call("run_sessions", {"mode": "parallel", "timeout_ms": 20_000,
+                                               "tasks": [{**task, "output_schema": ANSWER}]}))
+        if len(done) == 1:
+            return calls(call("run_sessions", {"mode": "parallel", "timeout_ms": 20_000,
+                                               "tasks": [{**task, "output_schema": [1]}]}))
+        return text(json.dumps(done))
+
+    fake_openai.script = script
+    async with engine_on(fake_openai, "responses", home, tmp_path) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,)))
+        first, second = json.loads(await parent.send_and_wait("go") or "")
+    assert json.loads(first)["results"][0]["result"] == {"answer": 5}
+    assert second == ("invalid arguments for run_sessions: output_schema: must be a JSON Schema "
+                      "object or null, not list")

@@ -340,14 +340,14 @@ class SubsessionManager(ChildBook):
 
     # -- composition ------------------------------------------------------------------------
     async def run_parallel(
-        self, tasks: list[tuple[str | Profile, str]], timeout: float | None = None,
+        self, tasks: list[waits.RunTask], timeout: float | None = None,
         *, call_id: str | None = None,
     ) -> RunResult:
         """Spawn every task at once; results in task order (pending ones on timeout)."""
         return await waits.run_parallel(self, tasks, timeout, call_id=call_id)
 
     async def run_chain(
-        self, tasks: list[tuple[str | Profile, str]], timeout: float | None = None,
+        self, tasks: list[waits.RunTask], timeout: float | None = None,
         *, call_id: str | None = None,
     ) -> RunResult:
         """Run tasks one after another, `{previous}` in a prompt being the last result;

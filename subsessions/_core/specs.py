@@ -91,8 +91,10 @@ def run_schema(profile_names: list[str]) -> dict[str, Any]:
         "properties": {
             "session_type": {"type": "string", "enum": profile_names},
             "prompt": {"type": "string"},
+            "fork_turns": FORK_SCHEMA,
+            "output_schema": OUTPUT_SCHEMA,
         },
-        "required": ["session_type", "prompt"],
+        "required": ["session_type", "prompt", "fork_turns", "output_schema"],
         "additionalProperties": False,
     }
     return {
@@ -123,6 +125,13 @@ FORK_SCHEMA: dict[str, Any] = {
               {"type": "integer", "minimum": 1}],
     "description": "null or 'none': the sub-session starts from its prompt alone; 'all': "
     "from a copy of this conversation so far; N: from its last N turns (this one counted).",
+}
+
+
+OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": ["object", "null"],
+    "description": "null, or a JSON Schema the sub-session's result must match: it then "
+    "answers by calling submit_result, and its result is that value.",
 }
 
 
@@ -164,11 +173,7 @@ def create_schema(profile_names: list[str]) -> dict[str, Any]:
             },
             "budget": BUDGET_SCHEMA,
             "fork_turns": FORK_SCHEMA,
-            "output_schema": {
-                "type": ["object", "null"],
-                "description": "null, or a JSON Schema the sub-session's result must match: "
-                "it then answers by calling submit_result, and wait_session returns the value.",
-            },
+            "output_schema": OUTPUT_SCHEMA,
         },
         "required": ["session_type", "prompt", "budget", "fork_turns", "output_schema"],
         "additionalProperties": False,

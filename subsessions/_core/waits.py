@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from subsessions.children import ChildStatus, RunResult, RunStep, WaitResult, checked_seconds
 from subsessions.errors import ChildNotFinished, ChildTimeout, InvalidArguments, SubsessionError
 from subsessions.profiles import Profile
@@ -104,7 +106,8 @@ class Spawner(Protocol):
     """What a run needs of a manager: spawning a child and waiting for children."""
 
     async def spawn_child(
-        self, profile: str | Profile, prompt: str, *, call_id: str | None = None
+        self, profile: str | Profile, prompt: str, *, call_id: str | None = None,
+        fork_turns: int | str | None = None, output_schema: dict[str, Any] | None = None,
     ) -> str: ...
 
     async def wait_all(
@@ -112,9 +115,18 @@ class Spawner(Protocol):
     ) -> WaitResult: ...
 
 
+# (profile, prompt), or (profile, prompt, options): `fork_turns`, `output_schema`
+RunTask = tuple[str | Profile, str] | tuple[str | Profile, str, Mapping[str, Any]]
+_OPTIONS = frozenset({"fork_turns", "output_schema"})
+
+
+def _parts(task: RunTask) -> tuple[str | Profile, str, dict[str, Any]]:
+    return task[0], task[1], dict(task[2]) if len(task) == 3 else {}
+
+
 async def run_parallel(
     manager: Spawner,
-    tasks: list[tuple[str | Profile, str]],
+    tasks: list[RunTask],
     timeout: float | None = None,
     *,
     call_id: str | None = None,
@@ -124,11 +136,10 @@ async def run_parallel(
     checked_seconds("run_parallel", timeout)
     ids: list[str | None] = []
     errors: dict[int, str] = {}
-    for index, (profile, prompt) in enumerate(tasks):
+    for index, (profile, prompt, options) in enumerate(map(_parts, tasks)):
         try:
-            ids.append(
-                await manager.spawn_child(profile, prompt, call_id=step_call(call_id, index))
-            )
+            ids.append(await manager.spawn_child(
+                profile, prompt, call_id=step_call(call_id, index), **options))
         except SubsessionError as exc:  # e.g. the limit: that step fails, the rest run
             ids.append(None)
             errors[index] = str(exc)
@@ -143,7 +154,7 @@ async def run_parallel(
 
 async def run_chain(
     manager: Spawner,
-    tasks: list[tuple[str | Profile, str]],
+    tasks: list[RunTask],
     timeout: float | None = None,
     *,
     call_id: str | None = None,
@@ -155,11 +166,11 @@ async def run_chain(
     deadline = None if seconds is None else time.monotonic() + seconds
     previous = ""
     steps: list[RunStep] = []
-    for index, (profile, prompt) in enumerate(tasks):
+    for index, (profile, prompt, options) in enumerate(map(_parts, tasks)):
         try:
             cid = await manager.spawn_child(
-                profile, prompt.replace("{previous}", previous), call_id=step_call(call_id, index)
-            )
+                profile, prompt.replace("{previous}", previous),
+                call_id=step_call(call_id, index), **options)
         except SubsessionError as exc:
             steps.append(RunStep(index, None, str(exc)))
             return RunResult(steps, False, index)
@@ -171,7 +182,9 @@ async def run_chain(
             return RunResult(steps, True, index)
         if info.status is not ChildStatus.DONE:
             return RunResult(steps, False, index)
-        previous = info.result or ""
+        result = info.result  # a typed step's value reaches the next prompt as JSON
+        previous = result if isinstance(result, str) else (
+            "" if result is None else orjson.dumps(result).decode())
     return RunResult(steps, False, None)
 
 
@@ -182,6 +195,9 @@ def step_call(call_id: str | None, index: int) -> str | None:
 
 def check_tasks(target: str, tasks: Any) -> None:
     if isinstance(tasks, str | bytes) or not all(
-        isinstance(t, tuple | list) and len(t) == 2 and isinstance(t[1], str) for t in tasks
+        isinstance(t, tuple | list) and len(t) in (2, 3) and isinstance(t[1], str)
+        and (len(t) == 2 or (isinstance(t[2], Mapping) and set(t[2]) <= _OPTIONS))
+        for t in tasks
     ):
-        raise InvalidArguments(target, "tasks must be a list of (profile, prompt) pairs")
+        raise InvalidArguments(target, "tasks must be a list of (profile, prompt) pairs, or "
+                               "(profile, prompt, options) with fork_turns and output_schema")

@@ -33,9 +33,12 @@ class Tracked:
         self.ids: list[str] = []
 
     async def spawn_child(
-        self, profile: str | Profile, prompt: str, *, call_id: str | None = None
+        self, profile: str | Profile, prompt: str, *, call_id: str | None = None,
+        fork_turns: int | str | None = None, output_schema: dict[str, Any] | None = None,
     ) -> str:
-        child_id = await self._manager.spawn_child(profile, prompt, call_id=call_id)
+        child_id = await self._manager.spawn_child(
+            profile, prompt, call_id=call_id, fork_turns=fork_turns,
+            output_schema=output_schema)
         self.ids.append(child_id)
         return child_id
 

@@ -15,7 +15,6 @@ from subsessions._core.typed import check_schema
 from subsessions._core.waits import Spawner
 from subsessions.budget import parse_budget
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
-from subsessions.profiles import Profile
 from subsessions.tools.schema import check_arguments, parse_arguments
 
 
@@ -141,21 +140,31 @@ class RunPlan:
     """A checked `run_sessions` call: what to run, how, and for how long at most."""
 
     mode: Literal["parallel", "chain"]
-    tasks: list[tuple[str | Profile, str]]
+    tasks: list[waits.RunTask]
     seconds: float
+
+
+def _run_task(task: dict[str, Any]) -> waits.RunTask:
+    """One `run_sessions` task: its profile and prompt, and its spawn options if any."""
+    options = {"fork_turns": fork_turns_of(task.get("fork_turns"), "run_sessions"),
+               "output_schema": check_schema(task.get("output_schema"), "run_sessions")}
+    if any(v is not None for v in options.values()):
+        return (task["session_type"], task["prompt"], options)
+    return (task["session_type"], task["prompt"])
 
 
 def parse_run(manager: SubsessionManager, arguments: dict[str, Any]) -> RunPlan:
     """`run_sessions` arguments checked (DESIGN 3.1 errors raised) before anything starts."""
     profiles = manager.profiles()
     schema = run_schema(list(profiles))
-    schema["properties"]["tasks"]["items"]["properties"]["session_type"] = {"type": "string"}
+    item = schema["properties"]["tasks"]["items"]
+    item["properties"]["session_type"] = {"type": "string"}
+    item["required"] = ["session_type", "prompt"]  # the new fields may be omitted (MCP)
     check_arguments("run_sessions", schema, arguments)
-    tasks: list[tuple[str | Profile, str]] = [
-        (t["session_type"], t["prompt"]) for t in arguments["tasks"]]
+    tasks: list[waits.RunTask] = [_run_task(t) for t in arguments["tasks"]]
     if not tasks:
         raise InvalidArguments("run_sessions", "tasks must not be empty")
-    for kind, prompt in tasks:
+    for kind, prompt, *_ in tasks:
         if kind not in profiles:
             raise UnknownSessionType(str(kind), tuple(profiles))
         if not prompt.strip():
