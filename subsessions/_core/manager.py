@@ -24,7 +24,6 @@ from subsessions._core.kit import Kit
 from subsessions._core.origin import NEW, Origin
 from subsessions._core.spawning import Kits, consent, fork_turns_of, forked_items
 from subsessions._core.tree import Reservation
-from subsessions._core.typed import check_schema
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
@@ -50,6 +49,7 @@ from subsessions.errors import (
 from subsessions.ids import new_session_id
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
+from subsessions.tools.schema import check_output_schema as check_schema
 
 if TYPE_CHECKING:  # names only: sessions and children are made above
     from subsessions._core.conversation import Child, Conversation, Settle
@@ -359,6 +359,7 @@ class SubsessionManager(ChildBook):
         output_path: str | os.PathLike[str], max_concurrency: int = 16,
         budget: Budget | None = None, *, resume: str | None = None,
         inside_workspace: bool = False, call_id: str | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> BatchResult:
         """One child per item of a CSV or JSONL file (DESIGN 3.11); see `batch/runner.py`.
         Relative paths are the session's cwd's (with `inside_workspace`, both must lie in
@@ -367,7 +368,8 @@ class SubsessionManager(ChildBook):
         return await batch_planning.run_batch(
             self, self._session.runtime.home, session_type, items_path, prompt, output_path,
             max_concurrency=max_concurrency, budget=budget, resume=resume, cwd=cwd,
-            workspace=cwd if inside_workspace else None, call_id=call_id)
+            workspace=cwd if inside_workspace else None, call_id=call_id,
+            output_schema=output_schema)
 
     async def cancel_child(self, session_id: str) -> bool:
         """Cancel a running child (its children first); False if it had already ended."""

@@ -150,9 +150,10 @@ def batch_schema(profile_names: list[str]) -> dict[str, Any]:
                             "replaced if it exists; not the input."},
             "max_concurrency": {"type": ["integer", "null"], "minimum": 1},
             "budget": BUDGET_SCHEMA,
+            "output_schema": OUTPUT_SCHEMA,
         },
         "required": ["session_type", "input_path", "prompt", "output_path", "max_concurrency",
-                     "budget"],
+                     "budget", "output_schema"],
         "additionalProperties": False,
     }
 

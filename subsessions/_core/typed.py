@@ -12,31 +12,13 @@ from typing import Any
 
 from attrs import define
 
-from subsessions.errors import InvalidArguments, OutputMismatch
+from subsessions.errors import OutputMismatch
 
 SUBMIT_RESULT = "submit_result"
 OUTPUT_RETRIES = 2  # after the first try: three tries in all
 REMINDER = (f"You have not called {SUBMIT_RESULT}. Call it now with your result: it is how "
             "your answer is delivered.")
 _SHOWN = 5  # validation errors shown to the model at once
-
-
-def check_schema(schema: object, tool: str) -> dict[str, Any] | None:
-    """`output_schema` as given: None, or a JSON Schema object its metaschema accepts."""
-    if schema is None:
-        return None
-    if not isinstance(schema, dict):
-        raise InvalidArguments(tool, f"output_schema: must be a JSON Schema object or null, "
-                               f"not {type(schema).__name__}")
-    from jsonschema import Draft202012Validator, SchemaError
-
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        where = "/".join(str(p) for p in exc.path)
-        raise InvalidArguments(tool, f"output_schema: {exc.message}"
-                               + (f" (at {where})" if where else "")) from None
-    return schema
 
 
 def _wraps(schema: dict[str, Any]) -> bool:

@@ -35,17 +35,29 @@ class Output:
     path: Path
     format: Format
     columns: tuple[str, ...]  # the input columns a CSV output repeats
+    properties: tuple[str, ...] = ()  # a typed result's top-level properties (CSV columns)
     _fd: int = -1
 
     @classmethod
-    def plan(cls, path: Path, format: Format, columns: tuple[str, ...]) -> Output:
+    def plan(cls, path: Path, format: Format, columns: tuple[str, ...],
+             output_schema: Mapping[str, Any] | None = None) -> Output:
         clash = sorted(set(columns) & set(OURS)) if format == "csv" else []
         if clash:
             raise BatchError(f"output {path}: the input's column {clash[0]!r} is also an output "
                              "column; write JSONL output (.jsonl) instead")
-        return cls(path, format, columns)
+        found = (output_schema or {}).get("properties")
+        properties = tuple(found) if isinstance(found, dict) and format == "csv" else ()
+        return cls(path, format, columns, properties)
 
-    def line(self, item: int, status: str, result: str | None, error: str | None,
+    @property
+    def header(self) -> list[str]:
+        """A CSV's columns: the input's, ours, then a typed result's properties (named as the
+        property, or `result.{name}` where another column has that name)."""
+        taken = {*self.columns, *OURS}
+        return [*self.columns, *OURS,
+                *(f"result.{name}" if name in taken else name for name in self.properties)]
+
+    def line(self, item: int, status: str, result: Any, error: str | None,
              session_id: str | None, usage: dict[str, Any] | None,
              fields: Mapping[str, Any] | None) -> str:
         """One item's output line (with its newline)."""
@@ -55,8 +67,12 @@ class Output:
                                 option=orjson.OPT_APPEND_NEWLINE).decode()
         given = fields or {}
         values = [_cell(given.get(name)) for name in self.columns]
-        values += [str(item), status, result or "", error or "", session_id or "",
+        text = result if isinstance(result, str) else (
+            "" if result is None else orjson.dumps(result).decode())
+        values += [str(item), status, text, error or "", session_id or "",
                    "" if usage is None else orjson.dumps(usage).decode()]
+        typed = result if isinstance(result, dict) else {}
+        values += [_cell(typed.get(name)) for name in self.properties]
         return _csv_line(values)
 
     def start(self, previous: Iterable[str] = ()) -> None:
@@ -70,7 +86,7 @@ class Output:
         except OSError as exc:
             raise BatchError(f"output {self.path} cannot be written: {exc.strerror}") from None
         try:
-            held = [_csv_line([*self.columns, *OURS])] if self.format == "csv" else []
+            held = [_csv_line(self.header)] if self.format == "csv" else []
             for line in previous:
                 held.append(line)
                 if len(held) >= _HELD_LINES:

@@ -20,8 +20,9 @@ from subsessions.batch.runner import Batch, BatchHost, BatchResult
 from subsessions.batch.source import Scan, format_of, scan
 from subsessions.batch.template import Template
 from subsessions.budget import Budget
-from subsessions.errors import BatchError, UnknownSessionType
+from subsessions.errors import BatchError, InvalidArguments, UnknownSessionType
 from subsessions.ids import new_session_id
+from subsessions.tools.schema import check_output_schema
 
 
 async def run_batch(
@@ -29,6 +30,7 @@ async def run_batch(
     prompt: str, output_path: str | os.PathLike[str], *, max_concurrency: int | None = 16,
     budget: Budget | None = None, resume: str | None = None, cwd: Path,
     workspace: str | os.PathLike[str] | None = None, call_id: str | None = None,
+    output_schema: dict[str, Any] | None = None,
 ) -> BatchResult:
     """Plan a new batch (or reopen one to resume) and run it to its end."""
     if resume is not None:
@@ -40,7 +42,8 @@ async def run_batch(
         make = functools.partial(
             plan, home, session_type, input_path, prompt, output_path,
             max_concurrency=16 if max_concurrency is None else max_concurrency, budget=budget,
-            cwd=cwd, workspace=None if workspace is None else Path(workspace))
+            cwd=cwd, workspace=None if workspace is None else Path(workspace),
+            output_schema=output_schema)
     batch = await _off_the_loop(make)
     return await batch.run(host, call_id)
 
@@ -77,6 +80,7 @@ def plan(
     output_path: str | os.PathLike[str], *, max_concurrency: int = 16,
     budget: Budget | None = None, cwd: Path, workspace: Path | None = None,
     replace: bool = True, options: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None,
 ) -> Batch:
     """A new batch, checked whole; nothing runs and nothing is written on a refusal. With a
     workspace, the engine's home is off limits to the output, as to every write of the
@@ -99,17 +103,20 @@ def plan(
     if not replace and os.path.lexists(target):
         raise BatchError(f"output {output_path} exists already; name another file, or pass "
                          "--force to replace it")
+    output_schema = check_output_schema(output_schema, "run_batch")
     scanned = scan(source)
     _check_fields(scanned, template)
-    output = Output.plan(target, output_format, scanned.columns or template.fields)
+    output = Output.plan(target, output_format, scanned.columns or template.fields,
+                         output_schema)
     header = {"batch_id": new_session_id(), "session_type": session_type,
               "input_path": str(source), "input_sha256": scanned.sha256,
               "total": scanned.total, "prompt": prompt, "output_path": str(target),
               "max_concurrency": max_concurrency,
               "budget": None if budget is None else budget.as_dict(),
-              "options": dict(options or {})}
+              "options": dict(options or {}), "output_schema": output_schema}
     journal = Journal.create(home, header)
-    return Batch(journal, scanned, template, output, session_type, max_concurrency, budget)
+    return Batch(journal, scanned, template, output, session_type, max_concurrency, budget,
+                 output_schema=output_schema)
 
 
 def reopen(home: Path, batch_id: str, *, max_concurrency: int | None = None,
@@ -129,8 +136,12 @@ def reopen(home: Path, batch_id: str, *, max_concurrency: int | None = None,
         journal.load(starts, scanned.total)
         template = Template.parse(header["prompt"])
         target = Path(header["output_path"])
+        try:
+            output_schema = check_output_schema(header.get("output_schema"), "run_batch")
+        except InvalidArguments as exc:
+            raise journal.damaged(1, f"its output_schema is refused ({exc.problem})") from None
         output = Output.plan(target, format_of(target, "output"),
-                             scanned.columns or template.fields)
+                             scanned.columns or template.fields, output_schema)
         concurrency = max_concurrency or int(header["max_concurrency"])
         if budget is None and header["budget"] is not None:
             budget = Budget(**header["budget"])
@@ -138,7 +149,7 @@ def reopen(home: Path, batch_id: str, *, max_concurrency: int | None = None,
         journal.close()
         raise
     return Batch(journal, scanned, template, output, str(header["session_type"]), concurrency,
-                 budget, resuming=True)
+                 budget, resuming=True, output_schema=output_schema)
 
 
 def _check_fields(scanned: Scan, template: Template) -> None:

@@ -43,9 +43,10 @@ class BatchHost(Protocol):
     """What a batch needs of the manager whose children its items become."""
 
     async def spawn_child(self, profile: str, prompt: str, *, call_id: str | None = None,
-                          budget: Budget | None = None) -> str: ...
+                          budget: Budget | None = None,
+                          output_schema: dict[str, Any] | None = None) -> str: ...
     def wait_child(self, session_id: str,
-                   timeout: float | None = None) -> Coroutine[Any, Any, str | None]: ...
+                   timeout: float | None = None) -> Coroutine[Any, Any, Any]: ...
     def info(self, session_id: str) -> ChildInfo: ...
     def forget(self, session_id: str) -> None: ...
     async def cancel_child(self, session_id: str) -> bool: ...
@@ -112,6 +113,7 @@ class Batch:
     max_concurrency: int
     budget: Budget | None
     resuming: bool = False
+    output_schema: dict[str, Any] | None = None  # its items' children are typed (3.13)
     counters: Counters = field(init=False)
     _failed_items: list[tuple[int, str]] = field(factory=list, init=False)
     _slots: asyncio.Semaphore | None = field(default=None, init=False)
@@ -196,7 +198,9 @@ class Batch:
             try:
                 child = await host.spawn_child(
                     self.session_type, prompt, budget=self.budget,
-                    call_id=None if call_id is None else f"{call_id}:{item.line}")
+                    call_id=None if call_id is None else f"{call_id}:{item.line}",
+                    **({} if self.output_schema is None else
+                       {"output_schema": self.output_schema}))
                 break
             except ChildLimitReached:  # the tree's other children hold the slots
                 if not self._running:

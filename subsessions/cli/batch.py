@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+import orjson
+
+from subsessions._util.safe_read import NotReadable, read_regular
 from subsessions.batch import planning
 from subsessions.batch.runner import Batch, BatchResult
 from subsessions.budget import Budget
@@ -63,6 +66,23 @@ def _check(args: argparse.Namespace) -> None:
         raise BatchError("--concurrency must be at least 1")
 
 
+def _output_schema(path: str | None) -> dict[str, Any] | None:
+    """`--output-schema FILE`: the JSON Schema it holds (checked when the batch is planned)."""
+    if path is None:
+        return None
+    try:
+        schema = orjson.loads(read_regular(Path(path), 1 << 20))
+    except FileNotFoundError:
+        raise BatchError(f"--output-schema {path}: no such file") from None
+    except NotReadable as exc:
+        raise BatchError(f"--output-schema {path}: {exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise BatchError(f"--output-schema {path} is not JSON ({exc})") from None
+    if not isinstance(schema, dict):
+        raise BatchError(f"--output-schema {path} holds no JSON Schema object")
+    return schema
+
+
 def run_batch_command(args: argparse.Namespace, home: Path, settings: Settings, out: TextIO,
                       guard: Guard) -> int:
     """Run the command; `guard` turns SIGTERM into a cancel (the CLI's own)."""
@@ -80,7 +100,8 @@ def run_batch_command(args: argparse.Namespace, home: Path, settings: Settings, 
             home, args.profile, args.input, args.prompt, args.out,
             max_concurrency=concurrency or 16, budget=budget, cwd=cwd,
             workspace=None if args.sandbox == "danger-full-access" else cwd,
-            replace=args.force, options=_options(args))
+            replace=args.force, options=_options(args),
+            output_schema=_output_schema(args.output_schema))
     try:
         if args.resume is not None:
             settings = _resumed(args, settings, batch)

@@ -56,6 +56,9 @@ def add_batch_command(commands: Any, parents: list[argparse.ArgumentParser]) -> 
     batch.add_argument("--budget-tokens", type=int, metavar="N", help="tokens per item")
     batch.add_argument("--budget-seconds", type=float, metavar="S", help="seconds per item")
     batch.add_argument("--resume", metavar="BATCH_ID", help="continue this batch")
+    batch.add_argument("--output-schema", metavar="FILE",
+                       help="a JSON Schema file: each item's sub-session answers a value that "
+                       "matches it (a .csv output gets a column per top-level property)")
     batch.add_argument("--control", action="store_true", help=CONTROL_HELP)
     batch.add_argument("--progress-every", type=float, default=5.0, metavar="S",
                        help="without a terminal: a progress line every S seconds (default 5)")

@@ -109,3 +109,22 @@ def to_chat_tool(spec: Mapping[str, Any]) -> dict[str, Any]:
             "parameters": spec.get("parameters", {}),
         },
     }
+
+
+def check_output_schema(schema: object, tool: str) -> dict[str, Any] | None:
+    """`output_schema` as given (DESIGN 3.13): None, or a JSON Schema object its metaschema
+    accepts (`jsonschema` is imported only for one)."""
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        raise InvalidArguments(tool, f"output_schema: must be a JSON Schema object or null, "
+                               f"not {type(schema).__name__}")
+    from jsonschema import Draft202012Validator, SchemaError
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path)
+        raise InvalidArguments(tool, f"output_schema: {exc.message}"
+                               + (f" (at {where})" if where else "")) from None
+    return schema

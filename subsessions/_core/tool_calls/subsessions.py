@@ -11,11 +11,11 @@ from subsessions._core import waits
 from subsessions._core.manager import SubsessionManager
 from subsessions._core.spawning import fork_turns_of
 from subsessions._core.specs import SCHEMAS, batch_schema, create_schema, run_schema
-from subsessions._core.typed import check_schema
 from subsessions._core.waits import Spawner
 from subsessions.budget import parse_budget
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
 from subsessions.tools.schema import check_arguments, parse_arguments
+from subsessions.tools.schema import check_output_schema as check_schema
 
 
 def _dump(value: Any) -> str:
@@ -96,8 +96,11 @@ async def run_batch(manager: SubsessionManager, arguments: dict[str, Any], call_
     schema["properties"]["session_type"] = {"type": "string"}  # unknown names: own text
     del schema["properties"]["budget"]
     schema["required"].remove("budget")
+    del schema["properties"]["output_schema"]  # checked below; may be omitted (MCP)
+    schema["required"].remove("output_schema")
     rest = dict(arguments)
     budget = parse_budget(rest.pop("budget", None), "run_batch")
+    output_schema = check_schema(rest.pop("output_schema", None), "run_batch")
     check_arguments("run_batch", schema, rest)
     if rest["session_type"] not in profiles:
         raise UnknownSessionType(rest["session_type"], tuple(profiles))
@@ -106,7 +109,7 @@ async def run_batch(manager: SubsessionManager, arguments: dict[str, Any], call_
     result = await manager.run_batch(
         rest["session_type"], rest["input_path"], rest["prompt"], rest["output_path"],
         16 if rest["max_concurrency"] is None else rest["max_concurrency"], budget,
-        inside_workspace=True, call_id=call_id)
+        inside_workspace=True, call_id=call_id, output_schema=output_schema)
     return _dump(result.as_dict())
 
 
