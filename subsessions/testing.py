@@ -148,6 +148,11 @@ def spawned(outs: Sequence[dict[str, Any]], n: int = 0) -> str:
 Step = Callable[[list[dict[str, Any]]], Any]
 
 
+# How long `Script.started` waits for a prompt's model call: generous, since on a loaded
+# machine a Ray shard may take tens of seconds to start (the test's own bound still holds).
+STARTED_SECONDS = 60.0
+
+
 class Script:
     """The model of every session in a test, routed by the prompt `route` reads.
 
@@ -182,7 +187,7 @@ class Script:
 
     async def started(self, *prompts: str) -> None:
         for prompt in prompts:
-            await asyncio.wait_for(self._event(prompt).wait(), 10)
+            await asyncio.wait_for(self._event(prompt).wait(), STARTED_SECONDS)
 
     def play(self, prompt: str, steps: Sequence[Step]) -> None:
         async def respond(request: ModelRequest) -> Any:
