@@ -333,3 +333,84 @@ async def test_a_stalled_stream_is_asked_again(fake: FakeAnthropic) -> None:
     response = await ask(fake, idle=0.3)
     assert response.output[0]["content"][0]["text"] == "quick"
     await fake.wait_for_disconnects(1)
+
+
+def message_start(**usage: Any) -> bytes:
+    return sse("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+        "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 3, "output_tokens": 1, **usage}}})
+
+
+def text_block(index: int, text: str) -> list[bytes]:
+    return [sse("content_block_start", {"type": "content_block_start", "index": index,
+                                        "content_block": {"type": "text", "text": ""}}),
+            sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                        "delta": {"type": "text_delta", "text": text}}),
+            sse("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+
+END = (sse("message_delta", {"type": "message_delta", "delta": {
+    "stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 4}}),
+    sse("message_stop", {"type": "message_stop"}))
+
+
+async def test_unknown_events_and_blocks_are_passed_over(fake: FakeAnthropic) -> None:
+    fake.reply_with(Frames((
+        message_start(), b": a comment line\n\n",
+        sse("future_event", {"type": "future_event", "x": 1}),
+        sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                    "content_block": {"type": "web_search_tool_result",
+                                                      "tool_use_id": "srvtoolu_1",
+                                                      "content": []}}),
+        sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        *text_block(1, "still here"), *END)))
+    response = await ask(fake)
+    assert [item["type"] for item in response.output] == ["message"]
+    assert response.output[0]["content"][0]["text"] == "still here"
+
+
+async def test_an_error_event_that_is_not_json_is_one_line_and_final(fake: FakeAnthropic) -> None:
+    fake.reply_with(Frames((message_start(), b"event: error\ndata: upstream <b>broke</b>\n\n")))
+    with pytest.raises(ModelError) as raised:
+        await ask(fake)
+    assert str(raised.value) == (f"claude at {fake.base_url} returned HTTP 200 in its stream "
+                                 "error: upstream <b>broke</b>")
+    assert len(fake.requests) == 1
+
+
+async def test_huge_text_and_tool_input_arrive_whole(fake: FakeAnthropic) -> None:
+    big = "é" * 1_000_000
+    fake.reply_with(Turn(text=big, calls=(("add", {"blob": big[:200_000]}),), pieces=64))
+    response = await ask(fake)
+    message, call = response.output
+    assert message["content"][0]["text"] == big
+    assert json.loads(call["arguments"]) == {"blob": big[:200_000]}
+
+
+async def test_surrogate_halves_split_across_deltas_make_one_character(
+    fake: FakeAnthropic,
+) -> None:
+    halves = [sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                          "delta": {"type": "text_delta", "text": t}})
+              .replace(b"\\\\", b"\\") for t in ("\\ud83d", "\\ude00", "\\ud83d")]
+    fake.reply_with(Frames((
+        message_start(), sse("content_block_start", {
+            "type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}}), *halves,
+        sse("content_block_stop", {"type": "content_block_stop", "index": 0}), *END)))
+    response = await ask(fake)
+    assert response.output[0]["content"][0]["text"] == "\U0001f600\ufffd"
+
+
+async def test_cumulative_usage_in_message_delta_replaces_the_start(fake: FakeAnthropic) -> None:
+    fake.reply_with(Frames((
+        message_start(cache_read_input_tokens=0), *text_block(0, "x"),
+        sse("message_delta", {"type": "message_delta", "delta": {
+            "stop_reason": "end_turn", "stop_sequence": None}, "usage": {
+            "output_tokens": 9, "input_tokens": 4, "cache_read_input_tokens": 40,
+            "cache_creation_input_tokens": 6}}),
+        sse("message_stop", {"type": "message_stop"}))))
+    response = await ask(fake)
+    assert response.usage == TokenUsage(input_tokens=50, output_tokens=9,
+                                        cached_input_tokens=40)
