@@ -414,3 +414,14 @@ async def test_cumulative_usage_in_message_delta_replaces_the_start(fake: FakeAn
     response = await ask(fake)
     assert response.usage == TokenUsage(input_tokens=50, output_tokens=9,
                                         cached_input_tokens=40)
+
+
+async def test_without_tools_the_historys_calls_are_told_as_text(fake: FakeAnthropic) -> None:
+    await ask(fake, *HISTORY, user_message("sum up"), tools=())
+    body = fake.requests[0].body
+    assert "tools" not in body
+    kinds = {block["type"] for message in body["messages"] for block in message["content"]}
+    assert kinds == {"text", "thinking", "redacted_thinking"}
+    said = [block.get("text") for message in body["messages"] for block in message["content"]]
+    assert '[called add (toolu_1): {"a":1}]' in said
+    assert "[result of toolu_2 (failed): bad arguments]" in said

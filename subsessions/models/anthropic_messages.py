@@ -23,11 +23,13 @@ DEFAULT_MAX_TOKENS = 8192
 """`max_tokens` when `model_max_output_tokens` is not set: the API requires one."""
 
 
-def to_messages(items: tuple[Item, ...]) -> list[dict[str, Any]]:
+def to_messages(items: tuple[Item, ...], tools: bool = True) -> list[dict[str, Any]]:
     """Our items as alternating user and assistant messages of blocks.
 
     A call without its output (a cancelled turn) and an output without its call are left
-    out: the API refuses either. Tool results open their user message, as it requires."""
+    out: the API refuses either. Tool results open their user message, as it requires.
+    Without `tools` (none declared: the API then refuses tool blocks) calls and results are
+    told as text."""
     calls = {item.get("call_id") for item in items if item.get("type") == "function_call"}
     outputs = {item.get("call_id") for item in items
                if item.get("type") == "function_call_output"}
@@ -42,18 +44,20 @@ def to_messages(items: tuple[Item, ...]) -> list[dict[str, Any]]:
         elif kind == "function_call":
             call_id = required(item, "call_id")
             if call_id in outputs:
-                _add(messages, "assistant", {
+                block: Block = {
                     "type": "tool_use", "id": call_id, "name": required(item, "name"),
-                    "input": tool_input(required(item, "arguments"))})
+                    "input": tool_input(required(item, "arguments"))}
+                _add(messages, "assistant", block if tools else _told(block))
         elif kind == "function_call_output":
             call_id = required(item, "call_id")
             if call_id in calls:
-                _add(messages, "user", _tool_result(call_id, required(item, "output"),
-                                                    item.get("success") is False))
+                block = _tool_result(call_id, required(item, "output"),
+                                     item.get("success") is False)
+                _add(messages, "user", block if tools else _told(block))
         elif kind == "reasoning":
-            block = _thinking(item)
-            if block is not None:
-                _add(messages, "assistant", block)
+            thought = _thinking(item)
+            if thought is not None:
+                _add(messages, "assistant", thought)
     for message in messages:
         if message["role"] == "user":  # tool results first (a stable sort keeps the rest)
             message["content"].sort(key=lambda b: b["type"] != "tool_result")
@@ -65,6 +69,16 @@ def _add(messages: list[dict[str, Any]], role: str, block: Block) -> None:
         messages[-1]["content"].append(block)
     else:
         messages.append({"role": role, "content": [block]})
+
+
+def _told(block: Block) -> Block:
+    """A tool block as text, for a request that declares no tools."""
+    if block["type"] == "tool_use":
+        text = f"[called {block['name']} ({block['id']}): {orjson.dumps(block['input']).decode()}]"
+    else:
+        failed = " (failed)" if block.get("is_error") else ""
+        text = f"[result of {block['tool_use_id']}{failed}: {block.get('content', '')}]"
+    return {"type": "text", "text": text}
 
 
 def tool_input(arguments: Any) -> dict[str, Any]:

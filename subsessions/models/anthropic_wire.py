@@ -68,7 +68,7 @@ class AnthropicModel(OpenAIModel[anthropic.AsyncAnthropic]):
         return classify(exc, endpoint)
 
     def _arguments(self, request: ModelRequest, model: str) -> dict[str, Any]:
-        messages = to_messages(request.items)
+        messages = to_messages(request.items, tools=bool(request.tools))
         system = [{"type": "text", "text": request.instructions}] if request.instructions else []
         tools = [to_tool(spec) for spec in request.tools]
         if self.prompt_cache:
