@@ -425,3 +425,26 @@ async def test_without_tools_the_historys_calls_are_told_as_text(fake: FakeAnthr
     said = [block.get("text") for message in body["messages"] for block in message["content"]]
     assert '[called add (toolu_1): {"a":1}]' in said
     assert "[result of toolu_2 (failed): bad arguments]" in said
+
+
+async def test_a_base_url_ending_in_v1_is_named_in_the_404(fake: FakeAnthropic) -> None:
+    client = AnthropicModel(
+        anthropic.AsyncAnthropic(base_url=fake.base_url + "/v1", api_key="t", max_retries=0),
+        provider="claude", retry=RetryPolicy(max_retries=0))
+    try:
+        with pytest.raises(ModelError) as raised:
+            await client.respond(ModelRequest(session_id="s", model="m", instructions="",
+                                              items=(user_message("hi"),)))
+    finally:
+        await client.aclose()
+    assert str(raised.value) == (
+        f"claude at {fake.base_url}/v1 returned HTTP 404 not_found_error: Not found: "
+        "/v1/v1/messages (the base URL should not end in /v1: the SDK adds /v1/messages)")
+    assert fake.unknown == ["POST /v1/v1/messages"]
+
+
+async def test_a_server_that_says_do_not_retry_is_not_retried(fake: FakeAnthropic) -> None:
+    fake.reply_with(Failure(503, "api_error", "maintenance", {"x-should-retry": "false"}))
+    with pytest.raises(ModelError, match=r"HTTP 503 api_error: maintenance$"):
+        await ask(fake)
+    assert len(fake.requests) == 1
