@@ -23,6 +23,8 @@ LAST_MESSAGE_CHARS = 500  # what list_sessions shows of a child's last message
 
 
 class ChildStatus(enum.Enum):
+    """A child's state; `word` is what the tools, MCP and the CLI show for it."""
+
     QUEUED = "queued"  # waiting for a place under max_children (DESIGN 3.11)
     PENDING = "pending"
     CANCELLING = "cancelling"  # a cancel was delivered; the child is ending its own work
@@ -58,16 +60,22 @@ class Pending:
 
 @frozen
 class Done:
+    """Ended with an answer: `result` is its last assistant message (None if it wrote none)."""
+
     result: str | None
 
 
 @frozen
 class Failed:
+    """Ended with an error: `error` is its text (`budget exhausted: ...`, a model error, ...)."""
+
     error: str
 
 
 @frozen
 class Cancelled:
+    """Ended by a cancel: its parent's, the host's, or a closing engine's."""
+
     pass
 
 
@@ -152,6 +160,8 @@ class ChildInfo:
 
 @frozen
 class RunStep:
+    """One task of `run_parallel` or `run_chain`: its child, or why it could not start."""
+
     index: int
     child: ChildInfo | None  # None when the step could not even be spawned
     error: str | None = None  # why it could not be spawned
@@ -165,6 +175,14 @@ class RunStep:
 
 @frozen
 class RunResult:
+    """What `run_parallel` and `run_chain` give back.
+
+    Attributes:
+        steps: one `RunStep` per task, in task order.
+        timed_out: the timeout passed before every step ended.
+        failed_step: for a chain, the index of the step that stopped it (else None).
+    """
+
     steps: list[RunStep]
     timed_out: bool
     failed_step: int | None  # chain: the step that stopped it

@@ -51,6 +51,17 @@ HookFn: TypeAlias = Callable[[dict[str, Any]], Any]
 
 @frozen
 class Hooks:
+    """Handlers a top-level session's tree calls at its events (each sync or async).
+
+    Every input is a dict carrying the `session_id` of the session the event happened in
+    (a child's own id for a child's tool call). `on_pre_tool_use` may answer
+    `{"permissionDecision": "deny", "permissionDecisionReason": ...}` or
+    `{"modifiedArgs": {...}}`; `on_post_tool_use` may replace the output. A hook that
+    raises is logged and ignored, except `on_spawn`: asked before any child of the tree is
+    admitted, it denies with `{"decision": "deny", "reason": r}` (or by raising), and the
+    spawn fails with `spawn denied: {r}`.
+    """
+
     on_pre_tool_use: HookFn | None = None
     on_post_tool_use: HookFn | None = None
     on_user_prompt_submitted: HookFn | None = None
@@ -58,6 +69,10 @@ class Hooks:
     on_session_end: HookFn | None = None
     on_error_occurred: HookFn | None = None
     on_spawn: HookFn | None = None  # the root's consent before any child of its tree
+    # DESIGN 3.13, for every child of the tree: its start may add context to its first
+    # message; its stop may keep it going (`{"decision": "block", "reason": ...}`)
+    on_subagent_start: HookFn | None = None
+    on_subagent_stop: HookFn | None = None
 
 
 def _path_or_none(value: str | os.PathLike[str] | None) -> str | None:
@@ -152,6 +167,8 @@ class SessionConfig:
     # the model ends its turn while its children run: leave them (notices come next turn),
     # wait for them (and call the model again with their notices), or cancel them
     children_at_turn_end: str = field(default="leave", validator=_turn_end)
+    # how often `on_subagent_stop` may keep one child's task going (DESIGN 3.13)
+    max_stop_blocks: int = field(default=3, validator=_non_negative("max_stop_blocks"))
     # a root's: the whole tree's budget; a child's: its own (clamped at spawn)
     budget: Budget | None = field(default=None, validator=_optional(Budget, "budget"))
     # shell / apply_patch / read_file / list_dir: True for all, or a tuple of their names

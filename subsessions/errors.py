@@ -59,18 +59,41 @@ class SubsessionError(Exception):
 
 
 class UnknownSession(SubsessionError):
+    """The id names no child of this session (or, for the engine, no session it holds).
+
+    Raised for ids that are not UUIDs, path-like ids such as `../x`, and another parent's
+    or another connection's sessions alike. Message: `unknown session {id}`.
+
+    Attributes:
+        session_id: the id as given (cut to 80 characters in the message).
+    """
     def __init__(self, session_id: str, message: str | None = None) -> None:
         self.session_id = session_id
         super().__init__(message or f"unknown session {echo(session_id)}")
 
 
 class ChildNotFinished(SubsessionError):
+    """`wait_child(id, timeout<=0)` on a child that is still running.
+
+    Message: `session {id} has not completed`.
+
+    Attributes:
+        session_id: the child's id.
+    """
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         super().__init__(f"session {session_id} has not completed")
 
 
 class ChildTimeout(SubsessionError, TimeoutError):
+    """A wait ran out of time; the child keeps running. Also a `TimeoutError`.
+
+    Message: `session {id} did not complete within {timeout_ms}ms`.
+
+    Attributes:
+        session_id: the child's id.
+        timeout_ms: the wait's timeout, in milliseconds.
+    """
     def __init__(self, session_id: str, timeout_ms: int) -> None:
         self.session_id = session_id
         self.timeout_ms = timeout_ms
@@ -88,6 +111,14 @@ class StillRunning(SubsessionError, TimeoutError):
 
 
 class ChildFailed(SubsessionError):
+    """The child ended with an error: its model failed, a budget stopped it, ...
+
+    Message: `session {id} failed: {error}`.
+
+    Attributes:
+        session_id: the child's id.
+        error: the child's own error text, e.g. `budget exhausted: turns limit 3 reached`.
+    """
     def __init__(self, session_id: str, error: str) -> None:
         self.session_id = session_id
         self.error = error
@@ -95,12 +126,27 @@ class ChildFailed(SubsessionError):
 
 
 class ChildCancelled(SubsessionError):
+    """The child was cancelled (by its parent, the host, or a closing engine).
+
+    Message: `session {id} was cancelled`.
+
+    Attributes:
+        session_id: the child's id.
+    """
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         super().__init__(f"session {session_id} was cancelled")
 
 
 class UnknownSessionType(SubsessionError):
+    """No profile of that name is loaded (nor among the session's `custom_agents`).
+
+    Message: `unknown session_type {name}; expected one of: {names}`.
+
+    Attributes:
+        name: the name asked for.
+        expected: the names that exist.
+    """
     def __init__(self, name: str, expected: tuple[str, ...]) -> None:
         self.name = name
         self.expected = expected
@@ -110,6 +156,13 @@ class UnknownSessionType(SubsessionError):
 
 
 class DepthLimitReached(SubsessionError):
+    """Spawning would nest deeper than `max_depth` (the top-level session is depth 0).
+
+    Message: `sub-session depth limit reached (max_depth={n}); solve the task yourself`.
+
+    Attributes:
+        max_depth: the tree's limit.
+    """
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
         super().__init__(
@@ -118,6 +171,15 @@ class DepthLimitReached(SubsessionError):
 
 
 class ChildLimitReached(SubsessionError):
+    """`max_children` children already run in this tree and spawns may not queue
+    (`max_queued=0`).
+
+    Message: `sub-session limit reached (max_children={n}); wait for or cancel a running
+    session first`.
+
+    Attributes:
+        max_children: the tree's limit.
+    """
     def __init__(self, max_children: int, message: str | None = None) -> None:
         self.max_children = max_children
         super().__init__(message or (
@@ -127,6 +189,15 @@ class ChildLimitReached(SubsessionError):
 
 
 class QueueFull(ChildLimitReached):
+    """`max_children` run and `max_queued` spawns already wait: the queue is full.
+
+    Message: `sub-session queue full (max_children={n}, max_queued={m}); wait for or cancel
+    a running session first`.
+
+    Attributes:
+        max_children: the tree's limit on running children.
+        max_queued: the limit on waiting spawns.
+    """
     def __init__(self, max_children: int, max_queued: int) -> None:
         self.max_queued = max_queued
         super().__init__(max_children, f"sub-session queue full (max_children={max_children}, "
@@ -142,6 +213,14 @@ class SpawnDenied(SubsessionError):
 
 
 class InvalidArguments(SubsessionError, ValueError):
+    """Malformed tool arguments or API input. Also a `ValueError`.
+
+    Message: `invalid arguments for {target}: {problem}`.
+
+    Attributes:
+        target: the tool or function, e.g. `create_session`, `spawn_child`.
+        problem: what is wrong, e.g. `missing required field prompt`.
+    """
     def __init__(self, target: str, problem: str) -> None:
         self.target = target
         self.problem = problem
@@ -149,17 +228,32 @@ class InvalidArguments(SubsessionError, ValueError):
 
 
 class SessionBusy(SubsessionError):
+    """The session cannot do that now: a task already runs in it, it is open elsewhere, ...
+
+    Message: `session {id} {state}`, e.g. `session {id} is already running a task`.
+
+    Attributes:
+        session_id: the session's id.
+    """
     def __init__(self, session_id: str, state: str = "is already running a task") -> None:
         self.session_id = session_id
         super().__init__(f"session {session_id} {state}")
 
 
 class EngineClosed(SubsessionError):
+    """A call on an engine that is closed or closing. Message: `the engine is closed`."""
     def __init__(self) -> None:
         super().__init__("the engine is closed")
 
 
 class MaxTurnsExceeded(SubsessionError):
+    """A task kept calling tools past its `max_turns` model calls without a final answer.
+
+    Message: `max_turns ({n}) exceeded without a final answer`.
+
+    Attributes:
+        max_turns: the limit that was reached.
+    """
     def __init__(self, max_turns: int) -> None:
         self.max_turns = max_turns
         super().__init__(f"max_turns ({max_turns}) exceeded without a final answer")
@@ -192,12 +286,29 @@ class InvalidHistory(ModelError):
 
 
 class ToolNotSupported(SubsessionError):
+    """A tool the calling agent's allowlist does not admit, or that does not exist.
+
+    Message: `Tool '{name}' is not supported by this client instance.` (the Copilot SDKs'
+    text). The host's handler is not called.
+
+    Attributes:
+        name: the tool's name.
+    """
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(f"Tool '{echo(name)}' is not supported by this client instance.")
 
 
 class PermissionDenied(SubsessionError):
+    """A permission request was not approved (or a child had no one to ask).
+
+    Message: `permission to run {name} was not granted ({kind})`.
+
+    Attributes:
+        kind: the handler's answer (e.g.
+            `denied-no-approval-rule-and-could-not-request-from-user`), or a denying
+            `on_pre_tool_use` hook's reason.
+    """
     def __init__(self, name: str, kind: str) -> None:
         self.kind = kind
         super().__init__(f"permission to run {name} was not granted ({kind})")
@@ -214,6 +325,14 @@ class McpToolError(SubsessionError):
 
 
 class ProfileError(SubsessionError):
+    """A profile file is malformed (our TOML profiles are strict).
+
+    Message: `{source}: {problem}`.
+
+    Attributes:
+        source: the file.
+        problem: what is wrong, e.g. `max_turns must be an integer, not str`.
+    """
     def __init__(self, source: str, problem: str) -> None:
         self.source = source
         self.problem = problem
@@ -221,6 +340,15 @@ class ProfileError(SubsessionError):
 
 
 class ConfigError(SubsessionError):
+    """`config.toml` or a command-line flag is malformed.
+
+    Message: `{source}: {key}: {problem}`, e.g. `config.toml: agents.foo: unknown key`.
+
+    Attributes:
+        source: the file, `command line` or `environment`.
+        key: the key or flag (`-` for the whole file).
+        problem: what is wrong.
+    """
     def __init__(self, source: str, key: str, problem: str, message: str | None = None) -> None:
         self.source = source
         self.key = key
@@ -230,6 +358,10 @@ class ConfigError(SubsessionError):
 
 
 class MissingApiKey(ConfigError):
+    """The provider's key variable is not set (a loopback base URL needs none).
+
+    Message: `set {env_key} to your API key for provider {provider} ({base_url})`.
+    """
     def __init__(self, env_key: str, provider: str, base_url: str) -> None:
         super().__init__(
             "environment", env_key, "not set",
@@ -238,6 +370,14 @@ class MissingApiKey(ConfigError):
 
 
 class RolloutError(SubsessionError):
+    """A rollout file cannot be read or written.
+
+    Message: `{path}: {problem}`.
+
+    Attributes:
+        path: the file (or the home).
+        problem: what is wrong.
+    """
     def __init__(self, path: str, problem: str) -> None:
         self.path = path
         self.problem = problem

@@ -27,6 +27,13 @@ _ids = itertools.count(1)
 
 @frozen
 class SessionEvent:
+    """One event of a session's stream, in the Copilot SDKs' envelope.
+
+    `type` is e.g. `session.idle`, `assistant.message`, `tool.execution_start`,
+    `subagent.started`; a child's events reach its ancestors with `parent_tool_call_id` in
+    `data`.
+    """
+
     id: str
     timestamp: str
     parent_id: str | None  # the previous event of the same session

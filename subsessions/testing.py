@@ -85,6 +85,7 @@ def first_prompt(request: ModelRequest) -> str:
 
 
 def outputs(request: ModelRequest) -> list[dict[str, Any]]:
+    """The tool outputs in a request's history (`function_call_output` items), in order."""
     return [item for item in request.items if item.get("type") == "function_call_output"]
 
 
@@ -104,14 +105,17 @@ def call(
 
 
 def create(session_type: str, prompt: str, **kw: Any) -> dict[str, Any]:
+    """A `create_session` call (`kw`: more arguments, such as `budget`)."""
     return call("create_session", session_type=session_type, prompt=prompt, **kw)
 
 
 def wait(session_id: str, timeout_ms: int = FOREVER_MS, **kw: Any) -> dict[str, Any]:
+    """A `wait_session` call (an hour by default: every wait is clamped to one)."""
     return call("wait_session", session_id=session_id, timeout_ms=timeout_ms, **kw)
 
 
 def cancel(session_id: str, **kw: Any) -> dict[str, Any]:
+    """A `cancel_session` call."""
     return call("cancel_session", session_id=session_id, **kw)
 
 
@@ -122,16 +126,19 @@ def tokens(input_tokens: int, output_tokens: int = 0) -> dict[str, Any]:
 
 # -- what a tool returned -----------------------------------------------------------------
 def value(output: dict[str, Any]) -> Any:
+    """The JSON a successful tool output carries (asserts that it succeeded)."""
     assert output["success"] is True, output
     return orjson.loads(output["output"])
 
 
 def failure(output: dict[str, Any]) -> str:
+    """The error text of a failed tool output (asserts that it failed)."""
     assert output["success"] is False, output
     return str(output["output"])
 
 
 def spawned(outs: Sequence[dict[str, Any]], n: int = 0) -> str:
+    """The child id the `n`-th output (of a `create_session`) names."""
     session_id = value(outs[n])["session_id"]
     assert is_session_id(session_id)
     return str(session_id)
@@ -268,10 +275,12 @@ def meet_then_end_in_reverse(script: Script, watch: Watch, prompts: Sequence[str
 
 # -- the rollouts -----------------------------------------------------------------------------
 def rollout_of(home: Path, session_id: str) -> Rollout:
+    """The rollout of a session in `home`, read whole."""
     return read_rollout(find_rollout(home, session_id))
 
 
 def events(rollout: Rollout) -> list[dict[str, Any]]:
+    """The payloads of a rollout's `event_msg` lines, in order."""
     return [r["payload"] for r in rollout.records if r["type"] == "event_msg"]
 
 

@@ -9,6 +9,12 @@ from attrs import frozen
 
 @frozen
 class Usage:
+    """What a session has spent: reported tokens, tool calls and turns (model calls).
+
+    `estimated` is true when some tokens were estimated here (at four characters a token)
+    because the server reported none. `total_tokens` is input + output.
+    """
+
     input_tokens: int = 0
     output_tokens: int = 0
     tool_calls: int = 0

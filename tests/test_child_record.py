@@ -20,8 +20,7 @@ from subsessions import (
     Session,
     SessionConfig,
 )
-from subsessions._core.child import settle_itself
-from subsessions._core.conversation import Child
+from subsessions._core.conversation import Child, settle_itself
 from subsessions._core.figures import Figures
 from subsessions._core.kit import Kit
 from subsessions.children import Done, Failed

@@ -53,7 +53,7 @@ def default_sigint() -> None:  # pragma: no cover - runs in the child between fo
 
 @pytest.mark.parametrize("entry", ["-m", "console script"])
 @pytest.mark.parametrize("module", ["typing", "subsessions.cli", "asyncio",
-                                    "subsessions.engine.facade"])
+                                    "subsessions.rollouts.reader"])
 def test_ctrl_c_while_the_modules_load_exits_130_quietly(
     tmp_path: Path, entry: str, module: str
 ) -> None:

@@ -69,13 +69,13 @@ def test_starting_the_mcp_command_imports_neither_engine_nor_model_client() -> N
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             check=True, timeout=120).stdout.split()
     heavy = ("subsessions.engine.facade", "subsessions._core.session", "subsessions.mcp.app",
-             "subsessions.tools", "subsessions.rollouts", "openai", "ray")
+             "subsessions.tools", "subsessions.rollouts.reader", "openai", "ray")
     assert not [name for name in heavy if name in loaded]
 
 
-def test_the_readme_names_exactly_the_tools_served() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## MCP\n", 1)[1]
+def test_the_docs_name_exactly_the_tools_served() -> None:
+    page = Path(__file__).resolve().parents[1] / "docs" / "guides" / "mcp.md"
+    section = page.read_text(encoding="utf-8").split("\n## Serve\n", 1)[1]
     sentence = section.split("to any MCP host", 1)[0]
     assert sentence.startswith("\n`subsessions mcp` serves ")
     assert re.findall(r"`(\w+)`", sentence) == list(TOOL_NAMES)

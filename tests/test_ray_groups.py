@@ -198,7 +198,7 @@ class _Pool:
 async def _moving(home: Path, stop_first: bool) -> tuple[Any, ...]:
     """A child waiting to be sent to shard 0 when shard 0 is lost (its launcher busy with an
     earlier group): what `RayBackend._sent` makes of it, and what each shard received."""
-    from subsessions._core.child import settle_itself
+    from subsessions._core.conversation import settle_itself
     from subsessions._core.kit import Kit
     from subsessions.ids import new_session_id
     from subsessions.ray.backend import RayBackend

@@ -1,30 +1,52 @@
 """Conversation: what top-level sessions (`Session`) and children (`Child`) share: their
 children, the edges of their tasks, their rollout's head and their listeners. A child is one
-object, its life (`ChildLife`) and its conversation; only top-level sessions are `Session`s.
+object, its life in its parent and its conversation; only top-level sessions are `Session`s.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from subsessions._core.child import ChildLife, Settle, settle_itself
+from subsessions._core.figures import Figures
 from subsessions._core.kit import Kit, child_config
 from subsessions._core.manager import SubsessionManager
 from subsessions._core.origin import NEW, Origin, Phase
 from subsessions._core.specs import heard
 from subsessions._core.state import SessionState
 from subsessions.budget import Budget
-from subsessions.children import Ending
+from subsessions.children import (
+    PENDING,
+    STATUS_OF,
+    ChildInfo,
+    ChildState,
+    ChildStatus,
+    Done,
+    Ending,
+    Failed,
+)
 from subsessions.config import SessionConfig
-from subsessions.errors import SessionBusy
+from subsessions.errors import (
+    BudgetExhausted,
+    ChildCancelled,
+    ChildFailed,
+    ChildNotFinished,
+    SessionBusy,
+)
 from subsessions.events import EventHandler, EventStream
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
 from subsessions.tools import ToolContext
 from subsessions.usage import Usage
+
+Settle = Callable[["Child", Ending], None]  # how a parent settles a child whose ending is on disk
+
+
+def settle_itself(child: Child, outcome: Ending) -> None:
+    child.settle(outcome)
 
 
 class Conversation(SessionState):
@@ -108,9 +130,11 @@ class Conversation(SessionState):
         return child_config(self.kit, profile, self.model, self.cwd, self.child_tool_context())
 
     def new_child(self, session_id: str, kit: Kit, call_id: str, budget: Budget | None,
-                  on_ended: Settle, withdraw: Callable[[], None] | None) -> Child:
-        """What the manager asks for: a child, not started (`withdraw`: it waits queued)."""
-        return Child(self, kit, session_id, call_id, budget, on_ended, withdraw)
+                  on_ended: Settle, withdraw: Callable[[], None] | None,
+                  origin: Origin = NEW) -> Child:
+        """What the manager asks for: a child, not started (`withdraw`: it waits queued;
+        `origin`: a fork's copied history)."""
+        return Child(self, kit, session_id, call_id, budget, on_ended, withdraw, origin=origin)
 
     def hear(self, text: str) -> str:
         """A child's message, read before this session's next model call."""
@@ -172,13 +196,25 @@ class Conversation(SessionState):
                 "parent": self.parent.session_id, "depth": self.depth, "call_id": self.call_id},
         ))
         if self._extras is not None:
+            if self._extras.forked_from is not None:  # a fork's copied items come first
+                for item in self.history:
+                    self.recorder.record("response_item", item)
             for note in self._extras.notes:
                 self.recorder.event(note)
             self._extras.notes = ()
 
 
-class Child(ChildLife["Child"], Conversation):
-    """A child: its life in its parent (`ChildLife`) and its conversation, one object."""
+class Child(Conversation):
+    """A child: its conversation and its life as its parent knows it (its stop, its one
+    outcome, its place in the queue, who waits for it), one object.
+
+    Invariants: `outcome` is set once, by `settle` (a second settle raises); `stop` is the
+    first stop asked of its current task (first wins) and is cleared only by `restart`;
+    `withdraw` is set while it waits in its tree's queue. The status is derived from these
+    fields alone, and `finished` resolves at the one `settle`, so waiters and the status
+    never disagree. Its counters (tokens, turns, tool calls, last message) are its session
+    state's own; a run elsewhere lands them through `apply`.
+    """
 
     __slots__ = ("_finished", "ended_at", "on_ended", "outcome", "waited", "waiters",
                  "withdraw")
@@ -211,6 +247,146 @@ class Child(ChildLife["Child"], Conversation):
         child.release()  # run again, it reloads its history from its rollout
         return child
 
+    def __repr__(self) -> str:
+        return f"<Child {self.session_id} {self.status.value}>"
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def settled(self) -> bool:
+        return self.outcome is not None
+
+    @property
+    def finished(self) -> asyncio.Future[None]:
+        """Resolved at its settle (made for the first waiter: most children have none)."""
+        future = self._finished
+        if future is None:
+            future = self._finished = asyncio.get_running_loop().create_future()
+            if self.outcome is not None:
+                future.set_result(None)
+        return future
+
+    @property
+    def state(self) -> ChildState:
+        return PENDING if self.outcome is None else self.outcome
+
+    @property
+    def status(self) -> ChildStatus:
+        outcome = self.outcome
+        if outcome is not None:
+            return STATUS_OF[type(outcome)]
+        if self.withdraw is not None:
+            return ChildStatus.QUEUED
+        return ChildStatus.PENDING if self.stop is None else ChildStatus.CANCELLING
+
+    @property
+    def accepting(self) -> bool:
+        """Running and not ending: a message sent now is read before its next model call."""
+        return (self.outcome is None and self.withdraw is None and self.stop is None
+                and self.taking_messages)
+
+    # -- stops ------------------------------------------------------------------------------
+    @property
+    def past_stopping(self) -> bool:
+        """Settled, or its task has written its ending: a stop asked now changes nothing."""
+        return self.outcome is not None or self.ended
+
+    def cancel(self, budget: BudgetExhausted | None = None, *, deliver: bool = True) -> bool:
+        """Stop it: out of the queue if it waits there, else `request_stop`; nothing once
+        it has settled."""
+        if self.withdraw is not None:
+            self.withdraw()
+            return True
+        if self.outcome is not None:
+            return False
+        return self.request_stop(budget, deliver=deliver)
+
+    # -- transitions ------------------------------------------------------------------------
+    def dequeued(self) -> None:
+        """Its turn in the queue came: it starts (pending)."""
+        if self.withdraw is None:
+            raise RuntimeError(f"child {self.session_id} is not queued")
+        self.withdraw = None
+
+    def restart(self) -> None:
+        """An ended child runs a follow-up task: nothing of its last ending carries over."""
+        if self.outcome is None:
+            raise RuntimeError(f"child {self.session_id} is running")
+        self.outcome = self.ended_at = self.stop = self._finished = None
+        self.waited = False
+
+    def written(self, outcome: Ending) -> None:
+        """Its task has written its ending: its parent settles it (`on_ended`)."""
+        self.on_ended(self, outcome)
+
+    def settle(self, outcome: Ending) -> None:
+        """Its one ending; a second raises (exactly one ending per child)."""
+        if self.outcome is not None:
+            raise RuntimeError(f"child {self.session_id} has ended already")
+        self.outcome = outcome
+        self.ended_at = time.time()
+        self.withdraw = None
+        if self._finished is not None:
+            self._finished.set_result(None)
+
+    def apply(self, figures: Figures) -> None:
+        """The one place a run in another process (a Ray shard) lands: its counters, the
+        model that answered, and what its meter counted."""
+        self.token_usage = figures.token_usage
+        self.turns = figures.turns
+        self.tool_calls = figures.tool_calls
+        self.answered_by = figures.answered_by
+        if figures.spent is not None:
+            self.count_spent(figures.spent)
+
+    # -- what it reports --------------------------------------------------------------------
+    def result(self) -> str | None:
+        """An ended child's last message, or the error of how it did not complete."""
+        outcome = self.outcome
+        if isinstance(outcome, Done):
+            return outcome.result
+        if isinstance(outcome, Failed):
+            raise ChildFailed(self.session_id, outcome.error)
+        if outcome is not None:
+            raise ChildCancelled(self.session_id)
+        raise ChildNotFinished(self.session_id)
+
+    def ending_data(self) -> dict[str, Any]:
+        """The `subagent.completed` / `subagent.failed` payload: built only for listeners."""
+        outcome = self.outcome
+        ended = self.ended_at or time.time()
+        usage = self.usage()
+        data: dict[str, Any] = {
+            "tool_call_id": self.call_id, "agent_name": self.agent_name,
+            "remote_session_id": self.session_id, "model": self.model,
+            "total_tokens": usage.total_tokens, "total_tool_calls": usage.tool_calls,
+            "turns": usage.turns, "duration_ms": round((ended - self.begun) * 1000),
+        }
+        if not isinstance(outcome, Done):
+            data["error"] = outcome.error if isinstance(outcome, Failed) else "cancelled"
+            data["cancelled"] = not isinstance(outcome, Failed)
+        return data
+
+    def info(self) -> ChildInfo:
+        outcome = self.outcome
+        return ChildInfo(
+            session_id=self.session_id,
+            session_type=self.agent_name or "custom",
+            status=self.status,
+            model=self.model,
+            # a failed child's last message stays readable (a budget stopped it mid-work)
+            result=outcome.result if isinstance(outcome, Done) else (
+                self.last_message if isinstance(outcome, Failed) else None),
+            error=outcome.error if isinstance(outcome, Failed) else None,
+            started_at=self.begun,
+            ended_at=self.ended_at,
+            rollout_path=self.rollout_path,
+            usage=self.usage(),
+            answering_model=self.answered_by or self.model,
+            last_message=self.last_message,
+            budget=self.budget,
+        )
+
+    # -- its tasks -------------------------------------------------------------------------
     def prepare_follow_up(self) -> None:
         """Before a new task of an ended child (send_message): it reads sent messages
         again (`restart` clears its stop)."""

@@ -1,8 +1,11 @@
 """SubsessionManager: one per session; spawns, tracks, waits for and cancels its children.
 
-The manager never builds a session: it asks its owner for each child (`new_child`); it is
-typed against the `Member` protocol (spawning.py) and each child's life (`ChildLife`: its
-stop, its one ending). Tree-wide limits and profiles live in the owner's `SessionTree`.
+The manager never builds a session: it asks its owner for each child (`new_child`), and
+reads and changes each child's life through the child's own methods (its stop, its one
+ending). Tree-wide limits and profiles live in the owner's `SessionTree`.
+
+ChildBook, its base: what a parent knows of its children, the read side (each child by
+id, oldest first, and those that ended unseen).
 """
 
 from __future__ import annotations
@@ -10,43 +13,119 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from subsessions._core import composition, waits
-from subsessions._core.child import ChildLife, Settle
-from subsessions._core.child_book import ChildBook
+from subsessions._core import waits
 from subsessions._core.kit import Kit
-from subsessions._core.spawning import Kid, Kits, Member, consent
+from subsessions._core.origin import NEW, Origin
+from subsessions._core.spawning import Kits, consent, fork_turns_of, forked_items
 from subsessions._core.tree import Reservation
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
-from subsessions.children import Cancelled, Done, Ending, Failed, RunResult, WaitResult
+from subsessions.children import (
+    Cancelled,
+    ChildInfo,
+    ChildStatus,
+    Done,
+    Ending,
+    Failed,
+    RunResult,
+    WaitResult,
+)
 from subsessions.config import SessionConfig, filter_tools
 from subsessions.errors import (
     BudgetExhausted,
     InvalidArguments,
     SessionBusy,
     SubsessionError,
+    UnknownSession,
     error_text,
 )
 from subsessions.ids import new_session_id
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 
+if TYPE_CHECKING:  # names only: sessions and children are made above
+    from subsessions._core.conversation import Child, Conversation, Settle
+
+
+class ChildBook:
+    """The base of `SubsessionManager`: its children's records and what they answer."""
+
+    __slots__ = ("_children", "_owner", "_unnoticed")
+
+    def __init__(self, owner: Conversation) -> None:
+        self._owner = owner
+        self._children: dict[str, Child] = {}
+        self._unnoticed: list[Child] = []  # ended children the parent was not told of yet
+
+    def __repr__(self) -> str:
+        counts = Counter(child.status.value for child in self._children.values())
+        return f"<SubsessionManager of {self._owner.session_id} {dict(counts)}>"
+
+    def _lookup(self, session_id: str) -> Child:
+        record = self._children.get(session_id) if isinstance(session_id, str) else None
+        if record is None:
+            raise UnknownSession(str(session_id))
+        return record
+
+    def status(self, session_id: str) -> ChildStatus:
+        return self._lookup(session_id).status
+
+    def info(self, session_id: str) -> ChildInfo:
+        return self._lookup(session_id).info()
+
+    def children(self) -> list[ChildInfo]:
+        """Every child of this session, oldest first."""
+        return [child.info() for child in self._children.values()]
+
+    def forget(self, session_id: str) -> None:
+        """Drop an ended child that nobody will ask about again (a batch's, once its ending
+        is journaled): a million of them are not kept. Its rollout stays on disk."""
+        record = self._lookup(session_id)
+        if not record.settled:
+            raise SessionBusy(session_id, "is running; only an ended child can be forgotten")
+        del self._children[session_id]
+        self._owner.runtime.dispatcher.forget_child(session_id)
+
+    def running(self) -> list[str]:
+        return [cid for cid, child in self._children.items() if not child.settled]
+
+    @property
+    def has_children(self) -> bool:
+        return bool(self._children)
+
+    @property
+    def has_notices(self) -> bool:
+        return bool(self._unnoticed)
+
+    def take_notices(self) -> list[ChildInfo]:
+        """Children that ended unseen since the last call; each is returned once."""
+        notices = [r.info() for r in self._unnoticed if not r.waited]
+        for record in self._unnoticed:
+            record.waited = True
+        self._unnoticed.clear()
+        return notices
+
+    def mark_seen(self, session_id: str) -> None:
+        """The model learned how this child ended (e.g. from cancel_session): no notice."""
+        self._lookup(session_id).waited = True
+
+
 _spawn_ids = itertools.count(1)
-Record = ChildLife[Kid]
 
 
-class SubsessionManager(ChildBook[Kid]):
+class SubsessionManager(ChildBook):
     """The children of one session. Limits are counted over the root's whole tree."""
 
     __slots__ = ("_kits", "_session", "_settle_one")
 
-    def __init__(self, session: Member) -> None:
+    def __init__(self, session: Conversation) -> None:
         super().__init__(session)
         self._session = session
         self._kits = Kits(session)  # what siblings of one profile share
@@ -77,9 +156,13 @@ class SubsessionManager(ChildBook[Kid]):
         *,
         call_id: str | None = None,
         budget: Budget | None = None,
+        fork_turns: int | str | None = None,
     ) -> str:
         """Queue a child and return its id at once; it runs in an engine-owned task. Its
-        `budget` (with its profile's) is clamped to what this session and the tree have left."""
+        `budget` (with its profile's) is clamped to what this session and the tree have left.
+        `fork_turns` ("all", or N >= 1: the last N turns) starts it from a copy of this
+        session's conversation (DESIGN 3.13); None (or "none") from its prompt alone."""
+        fork_turns = fork_turns_of(fork_turns, "spawn_child")
         parent = self._session
         runtime = parent.runtime
         runtime.check_open()
@@ -92,25 +175,29 @@ class SubsessionManager(ChildBook[Kid]):
         await consent(parent, kit, prompt, budget)  # the root's on_spawn, before any place
         tree = parent.tree
         call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
+        origin = NEW if fork_turns is None else Origin(
+            history=forked_items(parent.history, fork_turns, call_id),
+            forked_from=parent.session_id)
         if tree.must_queue(parent.depth):  # beyond max_children: it waits its turn
-            return self._enqueue(kit, prompt, call_id, budget)
+            return self._enqueue(kit, prompt, call_id, budget, origin=origin)
         with await tree.reserve(parent.depth) as place:  # given back if it fails
             if not parent.is_child:  # a top-level rollout starts with its first task or child
                 parent.write_meta()
-            record = self._child(kit, call_id, budget)
+            record = self._child(kit, call_id, budget, origin=origin)
             self._launch(record, prompt, place)
         return record.session_id
 
     def _child(self, kit: Kit, call_id: str, budget: Budget | None,
-               session_id: str | None = None, *, queued: bool = False) -> Record:
+               session_id: str | None = None, *, queued: bool = False,
+               origin: Origin = NEW) -> Child:
         """A child, not started (a requeued child keeps its id)."""
         child_id = session_id or new_session_id()
         return self._session.new_child(
             child_id, kit, call_id, budget, self._settle_one,
-            partial(self._withdraw, child_id) if queued else None)
+            partial(self._withdraw, child_id) if queued else None, origin)
 
-    def _launch(self, record: Record, prompt: str, place: Reservation) -> None:
-        parent, child = self._session, record.body
+    def _launch(self, record: Child, prompt: str, place: Reservation) -> None:
+        parent, child = self._session, record
         runtime = parent.runtime
         runtime.spawn_task(child.run_child(prompt), f"subsession-{child.session_id}")
         place.commit()
@@ -126,14 +213,14 @@ class SubsessionManager(ChildBook[Kid]):
 
     # -- the queue (DESIGN 3.11) ------------------------------------------------------------
     def _enqueue(self, kit: Kit, prompt: str, call_id: str, budget: Budget | None,
-                 session_id: str | None = None) -> str:
+                 session_id: str | None = None, *, origin: Origin = NEW) -> str:
         """A spawn beyond max_children: its id now, its task and rollout when a place frees.
         The parent's rollout keeps what restarts it after a crash (`requeue`)."""
         parent = self._session
         if not parent.is_child:
             parent.write_meta()
-        record = self._child(kit, call_id, budget, session_id, queued=True)
-        child, child_id = record.body, record.session_id
+        record = self._child(kit, call_id, budget, session_id, queued=True, origin=origin)
+        child, child_id = record, record.session_id
         parent.tree.enqueue(child_id, partial(self._dequeued, record, prompt))
         self._children[child_id] = record
         parent.recorder.event({**records.background(f"queued child session {child_id}"),
@@ -151,14 +238,14 @@ class SubsessionManager(ChildBook[Kid]):
             self._hold_message(self._children[session_id], message)
         self._session.tree.start_queued()
 
-    def _hold_message(self, record: Record, message: str) -> None:
+    def _hold_message(self, record: Child, message: str) -> None:
         """A message to a queued child: read after its prompt, before its first model call.
         The parent's rollout keeps it, for a resume (`requeue`) and if it never starts."""
-        record.body.inbox.append(message)
+        record.inbox.append(message)
         self._session.recorder.event({**records.background(
             f"message to queued child session {record.session_id}"), "sent": message})
 
-    def _dequeued(self, record: Record, prompt: str, place: Reservation) -> None:
+    def _dequeued(self, record: Child, prompt: str, place: Reservation) -> None:
         with place:
             record.dequeued()
             try:
@@ -170,7 +257,7 @@ class SubsessionManager(ChildBook[Kid]):
         """A queued child cancelled: it leaves the queue and ends cancelled, unstarted."""
         if self._session.tree.withdraw(child_id):
             record = self._children[child_id]
-            record.body.inbox.clear()  # its task's, never read (its parent's rollout has them)
+            record.inbox.clear()  # its task's, never read (its parent's rollout has them)
             self._settle(record, Cancelled(), started=False)
 
     def _check_can_start(self, what: str) -> None:
@@ -179,14 +266,14 @@ class SubsessionManager(ChildBook[Kid]):
             raise SessionBusy(parent.session_id, f"has ended; it cannot {what}")
 
     # -- endings ----------------------------------------------------------------------------
-    def _settle(self, record: Record, outcome: Ending, *, started: bool = True) -> None:
+    def _settle(self, record: Child, outcome: Ending, *, started: bool = True) -> None:
         """A child's ending is on disk (called from its own task's `finally`), or a queued
         child that never started ends."""
         record.settle(outcome)
         parent = self._session
         if started:
             parent.tree.child_ended()
-        child, child_id = record.body, record.session_id
+        child, child_id = record, record.session_id
         if isinstance(outcome, Done):
             message = f"child session {child_id} completed"
         elif isinstance(outcome, Failed):
@@ -206,18 +293,18 @@ class SubsessionManager(ChildBook[Kid]):
             child.release()  # its ending is on disk: what the API reports stays, history goes
         parent.wake()  # whether to is Session.wake's to decide (wake_on_child_end, idle)
 
-    def adopt_ended(self, make: Callable[[Settle], Record]) -> None:
+    def adopt_ended(self, make: Callable[[Settle], Child]) -> None:
         """Know a child that ended in an earlier run (resume), made by `make` given how it
         settles here: it can be waited for, and sent a follow-up."""
         record = make(self._settle_one)
         self._children[record.session_id] = record
 
-    def tree(self) -> list[Member]:
+    def tree(self) -> list[Conversation]:
         """Every descendant session, depth first."""
-        found: list[Member] = []
+        found: list[Conversation] = []
         for child in self._children.values():
-            found.append(child.body)
-            family = child.body.spawned
+            found.append(child)
+            family = child.spawned
             if family is not None:
                 found.extend(family.tree())
         return found
@@ -250,7 +337,7 @@ class SubsessionManager(ChildBook[Kid]):
         *, call_id: str | None = None,
     ) -> RunResult:
         """Spawn every task at once; results in task order (pending ones on timeout)."""
-        return await composition.run_parallel(self, tasks, timeout, call_id=call_id)
+        return await waits.run_parallel(self, tasks, timeout, call_id=call_id)
 
     async def run_chain(
         self, tasks: list[tuple[str | Profile, str]], timeout: float | None = None,
@@ -258,7 +345,7 @@ class SubsessionManager(ChildBook[Kid]):
     ) -> RunResult:
         """Run tasks one after another, `{previous}` in a prompt being the last result;
         stop at the first step that does not complete."""
-        return await composition.run_chain(self, tasks, timeout, call_id=call_id)
+        return await waits.run_chain(self, tasks, timeout, call_id=call_id)
 
     async def run_batch(
         self, session_type: str, items_path: str | os.PathLike[str], prompt: str,
@@ -301,7 +388,7 @@ class SubsessionManager(ChildBook[Kid]):
             await asyncio.wait(pending)
 
     # -- budgets and messages ---------------------------------------------------------------
-    def stop_all_children(self, budget: BudgetExhausted | None) -> list[Record]:
+    def stop_all_children(self, budget: BudgetExhausted | None) -> list[Child]:
         """Deliver a cancel (or a budget stop) to every running child; they end by
         themselves, each with its one ending."""
         pending = [child for child in self._children.values() if not child.settled]
@@ -320,7 +407,7 @@ class SubsessionManager(ChildBook[Kid]):
             if record.withdraw is not None:  # queued: never wait for it to start
                 self._hold_message(record, message)
                 return "queued"
-            if record.accepting and await record.body.take_message(message):
+            if record.accepting and await record.take_message(message):
                 return "queued"
             if not record.settled:  # ending now: the message starts what follows
                 await asyncio.wait((record.finished,))
@@ -328,12 +415,12 @@ class SubsessionManager(ChildBook[Kid]):
             self._follow_up(record, message)
             return "started"
 
-    def _follow_up(self, record: Record, message: str) -> None:
+    def _follow_up(self, record: Child, message: str) -> None:
         parent = self._session
         runtime = parent.runtime
         runtime.check_open()
         self._check_can_start("send messages to its sub-sessions")
-        child = record.body
+        child = record
         with parent.tree.reserve_follow_up() as place:
             child.prepare_follow_up()
             runtime.spawn_task(child.run_child(message),

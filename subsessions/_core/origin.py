@@ -6,7 +6,7 @@ import enum
 
 from attrs import frozen
 
-from subsessions._core.ledger import LOCAL, TreeLedger
+from subsessions._core.tree import LOCAL, TreeLedger
 from subsessions.items import Item
 from subsessions.models.base import NO_USAGE, TokenUsage
 

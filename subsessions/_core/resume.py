@@ -229,9 +229,7 @@ def rebuild(
         session = Session.new(runtime, config, origin=Origin(
             history=tuple(items), token_usage=usage, forked_from=rollout.session_id,
             resume_report=note))
-        session.write_meta()
-        for item in items:
-            session.recorder.record("response_item", item)
+        session.write_meta()  # then the copied items, as a forked child's
     else:
         source: Any = rollout.meta.get("source", "exec")
         session = Session.resumed(runtime, config, Origin(

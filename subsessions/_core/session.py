@@ -12,9 +12,9 @@ from typing import Any
 from attrs import evolve
 
 from subsessions._core.conversation import Conversation
-from subsessions._core.ledger import TreeLedger
 from subsessions._core.origin import NEW, Origin, Phase
 from subsessions._core.runtime import Runtime
+from subsessions._core.tree import TreeLedger
 from subsessions.config import SessionConfig
 from subsessions.errors import InvalidArguments, SubsessionError
 from subsessions.profiles import Profile

@@ -1,85 +1,20 @@
-"""Spawning: what a children manager needs of the session that owns it and of its children
-(`Member`), the kits its children are made of, and the root's consent to each spawn.
-
-The manager is typed against `Member`, never against `Session`, so the session module sits
-above it (it builds sessions; the manager only asks for them).
-"""
+"""Spawning: the kits a session's children are made of, the root's consent to each spawn,
+and what a forked child starts from."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
-from subsessions._core.child import ChildLife, Settle
-from subsessions._core.dispatch import Caller, call_maybe_async
+from subsessions._core.dispatch import call_maybe_async
 from subsessions._core.kit import Kit
-from subsessions._core.services import Services
-from subsessions._core.tree import SessionTree
 from subsessions.budget import Budget
-from subsessions.config import SessionConfig, Tool, as_child_config
+from subsessions.config import SessionConfig, as_child_config
 from subsessions.errors import InvalidArguments, SpawnDenied, error_text
+from subsessions.items import Item
 from subsessions.profiles import Profile, resolve_profile
-from subsessions.rollouts.recorder import RolloutRecorder
-from subsessions.tools.context import ToolContext
-from subsessions.usage import Usage
 
-
-class Family(Protocol):
-    """A member's own children, as far as its parent's manager reads them."""
-
-    def tree(self) -> list[Member]: ...
-
-
-class Member(Caller, Protocol):
-    """What the manager needs of the session that owns it and of the children it asks for."""
-
-    depth: int
-    model: str
-    @property
-    def is_child(self) -> bool: ...
-    @property
-    def ended(self) -> bool: ...  # a child whose one task has written its ending
-    @property
-    def wrote_meta(self) -> bool: ...  # its rollout has its session_meta
-    @property
-    def runtime(self) -> Services: ...
-    tree: SessionTree
-    recorder: RolloutRecorder
-    @property
-    def rollout_path(self) -> str: ...
-    @property
-    def spawned(self) -> Family | None: ...  # its children, if it ever had any
-    @property
-    def budget(self) -> Budget | None: ...
-    taking_messages: bool
-
-    async def take_message(self, message: str) -> bool: ...
-    async def flush_durable(self) -> None: ...
-
-    def tools(self) -> tuple[Tool, ...]: ...
-    def usage(self, include_children: bool = False) -> Usage: ...
-    def remote_usages(self) -> Iterable[Usage]: ...  # of descendants run by another process
-    def cancel_task(self) -> None: ...
-    def count_spent(self, spent: tuple[int, int]) -> None: ...  # a shard's meter's
-    def write_meta(self) -> None: ...
-    def close_events(self) -> None: ...  # it has ended: its streams end
-    def release(self) -> None: ...
-    def child_config(self, profile: Profile) -> SessionConfig: ...
-    def child_tool_context(self) -> ToolContext | None: ...
-    def new_child(self, session_id: str, kit: Kit, call_id: str, budget: Budget | None,
-                  on_ended: Settle, withdraw: Callable[[], None] | None
-                  ) -> ChildLife[Kid]: ...
-    def wake(self) -> None: ...
-
-
-class Kid(Member, Protocol):
-    """What the manager needs of a child besides its life (`ChildLife`)."""
-
-    @property
-    def inbox(self) -> list[str]: ...  # messages it reads before its next model call
-    def hand_over_head(self) -> None: ...
-    def prepare_follow_up(self) -> None: ...
-    def run_child(self, prompt: str) -> Coroutine[Any, Any, str | None]: ...
+if TYPE_CHECKING:  # a name only: sessions are made above
+    from subsessions._core.conversation import Conversation
 
 
 class Kits:
@@ -88,7 +23,7 @@ class Kits:
 
     __slots__ = ("_kits", "_parent")
 
-    def __init__(self, parent: Member) -> None:
+    def __init__(self, parent: Conversation) -> None:
         self._parent = parent
         self._kits: dict[str | Profile, Kit] = {}
 
@@ -113,7 +48,7 @@ class Kits:
                       parent.depth + 1)
 
 
-async def consent(parent: Member, kit: Kit, prompt: str, budget: Budget | None) -> None:
+async def consent(parent: Conversation, kit: Kit, prompt: str, budget: Budget | None) -> None:
     """The tree's root's `on_spawn` hook (DESIGN 3.11): a `deny` answer refuses the
     spawn; a hook that fails denies with its error's text (consent was not given)."""
     hooks = parent.tree.config.hooks
@@ -135,3 +70,34 @@ async def consent(parent: Member, kit: Kit, prompt: str, budget: Budget | None) 
         raise SpawnDenied(error_text(exc)) from exc
     if isinstance(answer, dict) and answer.get("decision") == "deny":
         raise SpawnDenied(str(answer.get("reason") or "denied by a hook"))
+
+
+def fork_turns_of(value: object, tool: str) -> int | str | None:
+    """`fork_turns` as given (DESIGN 3.13): None for an isolated child, "all", or N >= 1."""
+    if value is None or value == "none":
+        return None
+    if value == "all" or (type(value) is int and value >= 1):
+        return value
+    raise InvalidArguments(tool, f'fork_turns: must be null, "none", "all" or an integer >= 1, '
+                           f"not {value!r:.40}")
+
+
+def forked_items(history: list[Item], turns: int | str, call_id: str) -> tuple[Item, ...]:
+    """What a forked child starts from: the parent's conversation items of its last `turns`
+    turns (a turn opens with a user message; the spawning one counts), without the spawning
+    call, without a call that has no output yet (or an output without its call), and
+    without developer or system messages (instructions are never copied)."""
+    starts = [n for n, item in enumerate(history) if _role(item) == "user"]
+    first = 0 if turns == "all" or not isinstance(turns, int) or len(starts) <= turns else (
+        starts[-turns])
+    items = history[first:]
+    calls = {i.get("call_id") for i in items if i.get("type") == "function_call"}
+    answered = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
+    kept = calls & answered - {call_id}
+    return tuple(item for item in items if _role(item) not in ("developer", "system") and (
+        item.get("type") not in ("function_call", "function_call_output")
+        or item.get("call_id") in kept))
+
+
+def _role(item: Item) -> str | None:
+    return item.get("role") if item.get("type", "message") == "message" else None

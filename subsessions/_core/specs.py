@@ -118,6 +118,14 @@ BUDGET_SCHEMA: dict[str, Any] = {
 }
 
 
+FORK_SCHEMA: dict[str, Any] = {
+    "anyOf": [{"type": "null"}, {"type": "string", "enum": ["none", "all"]},
+              {"type": "integer", "minimum": 1}],
+    "description": "null or 'none': the sub-session starts from its prompt alone; 'all': "
+    "from a copy of this conversation so far; N: from its last N turns (this one counted).",
+}
+
+
 def batch_schema(profile_names: list[str]) -> dict[str, Any]:
     path = "A path inside the workspace, relative to it or absolute"
     return {
@@ -155,8 +163,9 @@ def create_schema(profile_names: list[str]) -> dict[str, Any]:
                 "this conversation.",
             },
             "budget": BUDGET_SCHEMA,
+            "fork_turns": FORK_SCHEMA,
         },
-        "required": ["session_type", "prompt", "budget"],
+        "required": ["session_type", "prompt", "budget", "fork_turns"],
         "additionalProperties": False,
     }
 

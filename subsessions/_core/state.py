@@ -4,29 +4,34 @@ child's), as the manager, the task loop, the dispatcher and the hosts read and c
 
 What it shares with the engine's other sessions comes from the `Runtime` it is given;
 what it shares with its tree from the `SessionTree`; its tools from its `Kit`.
+
+SessionParts, its base: the parts of a session made only when needed (its event hub at the
+first listener; its children, inbox, mailbox and notes in `Extras`), so a child nobody
+hears, that never spawns nor is sent a message, carries two empty slots.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from attrs import define
 
 from subsessions._core.kit import Kit, own_kit
-from subsessions._core.manager import SubsessionManager
 from subsessions._core.meter import Meter
 from subsessions._core.origin import NEW as NEW
 from subsessions._core.origin import Origin as Origin
 from subsessions._core.origin import Phase as Phase
-from subsessions._core.parts import Extras, SessionParts
 from subsessions._core.runtime import Runtime
 from subsessions._core.tree import SessionTree
 from subsessions.budget import Budget
 from subsessions.children import CANCEL, Stop
 from subsessions.config import SessionConfig, Tool
 from subsessions.errors import BudgetExhausted
+from subsessions.events import EventHub, listening
 from subsessions.ids import new_session_id
 from subsessions.items import Item
 from subsessions.profiles import Profile
@@ -35,8 +40,129 @@ from subsessions.tools import ToolContext
 from subsessions.tools.context import sandbox_policy
 from subsessions.usage import Usage
 
+if TYPE_CHECKING:  # a name only: a session makes its manager when first asked
+    from subsessions._core.manager import SubsessionManager
 
-class SessionState(SessionParts[SubsessionManager]):
+
+@define(eq=False)
+class Extras:
+    """What few sessions ever need, made at the first use of one of them."""
+
+    subsessions: SubsessionManager | None = None  # its children (made when first asked for)
+    inbox: list[str] | None = None  # sent while it runs, read before its next model call
+    mailbox: Callable[[str], Awaitable[bool]] | None = None  # its remote task's inbox
+    elsewhere: dict[str, Usage] | None = None  # descendants run by another process (Ray)
+    child_context: ToolContext | None = None  # its workspace as its children get it
+    notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
+    forked_from: str | None = None  # the session a fork starts from
+    resume_report: str | None = None  # what resuming or forking read and skipped
+
+
+class SessionParts:
+    """The base of `SessionState`: what it makes on demand."""
+
+    __slots__ = ("_events", "_events_closed", "_extras")
+
+    session_id: str
+    call_id: str | None
+    parent: SessionParts | None
+
+    def __init__(self, extras: Extras | None, hub: bool) -> None:
+        # a top-level session's hub at once, a child's at its first listener (`events`)
+        self._events = EventHub(self.session_id, None, None) if hub else None
+        self._events_closed = False  # a hub made after `close_events` is made closed
+        self._extras = extras
+
+    @property
+    def spawned(self) -> SubsessionManager | None:
+        """Its children's manager if it was ever asked for (readers make none)."""
+        extras = self._extras
+        return None if extras is None else extras.subsessions
+
+    @property
+    def extras(self) -> Extras:
+        """What few sessions need (made at first use)."""
+        extras = self._extras
+        if extras is None:
+            extras = self._extras = Extras()
+        return extras
+
+    @property
+    def forked_from(self) -> str | None:
+        extras = self._extras
+        return None if extras is None else extras.forked_from
+
+    @property
+    def resume_report(self) -> str | None:
+        """What resuming or forking it read and skipped (None: it was not resumed)."""
+        extras = self._extras
+        return None if extras is None else extras.resume_report
+
+    @property
+    def mailbox(self) -> Callable[[str], Awaitable[bool]] | None:
+        """Where messages for its task go while the task runs in another process."""
+        extras = self._extras
+        return None if extras is None else extras.mailbox
+
+    @mailbox.setter
+    def mailbox(self, mailbox: Callable[[str], Awaitable[bool]] | None) -> None:
+        if mailbox is not None or self._extras is not None:
+            self.extras.mailbox = mailbox
+
+    @property
+    def events(self) -> EventHub:
+        """Its event hub, chained to its parent's (made at first use)."""
+        hub = self._events
+        if hub is None:
+            parent = self.parent
+            hub = self._events = EventHub(
+                self.session_id, parent.events if parent is not None else None, self.call_id)
+            if self._events_closed:
+                hub.close()
+        return hub
+
+    @property
+    def heard(self) -> bool:
+        """Whether an event of it would reach anyone: its hub's listeners or an ancestor's
+        (asked before an event is built, so a child nobody hears makes no hub)."""
+        hub = self._events
+        if hub is not None:
+            return listening(hub)
+        parent = self.parent
+        return parent is not None and parent.heard
+
+    def close_events(self) -> None:
+        """It has ended: its streams end (a hub made later is made closed)."""
+        self._events_closed = True
+        if self._events is not None:
+            self._events.close()
+
+    @property
+    def inbox(self) -> list[str]:
+        """Messages sent to it while it runs, read before its next model call."""
+        extras = self.extras
+        inbox = extras.inbox
+        if inbox is None:
+            inbox = extras.inbox = []
+        return inbox
+
+    @property
+    def has_mail(self) -> bool:
+        """A message waits in its inbox (asked without making one)."""
+        extras = self._extras
+        return extras is not None and bool(extras.inbox)
+
+    async def take_message(self, message: str) -> bool:
+        """A message for its running task, read before its next model call; False when the
+        task will not read it any more (a task running elsewhere says so)."""
+        mailbox = self.mailbox
+        if mailbox is not None:
+            return await mailbox(message)
+        self.inbox.append(message)
+        return True
+
+
+class SessionState(SessionParts):
     """One conversation's state (a top-level session or a child): see `Conversation`."""
 
     # Slots: past 30 attributes an instance's values become a full dict (1.7 KiB a child).
@@ -259,13 +385,20 @@ class SessionState(SessionParts[SubsessionManager]):
     def request_stop(self, budget: BudgetExhausted | None = None, *,
                      deliver: bool = True) -> bool:
         """Stop its task (with `budget`: it ends `budget_limited`, else cancelled) unless a
-        stop came first; False then (a child's: `ChildLife.request_stop`)."""
-        if self.stop is not None:
+        stop came first, or it is past stopping; False then. Without `deliver` the task is
+        ending so by itself. A task that has not run its first line yet ends there, so its
+        own `finally` still writes its ending."""
+        if self.stop is not None or self.past_stopping:
             return False
         self.stop = CANCEL if budget is None else budget
         if deliver:
             self.cancel_task()
         return True
+
+    @property
+    def past_stopping(self) -> bool:
+        """A top-level session can always be stopped (a child: once it has ended, not)."""
+        return False
 
     def count_spent(self, spent: tuple[int, int]) -> None:
         """What its meter counted elsewhere (a shard: turns, tokens), kept when one counts."""

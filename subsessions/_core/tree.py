@@ -4,22 +4,64 @@ Limits are counted over the tree, so the running count lives here rather than in
 one manager; the profile namespace and the tool definitions built from it are the same
 for every session of the tree, so they are built once. The tree's budget is the root's
 meter; a child's budget is clamped here to what its parent and the tree have left.
+
+TreeLedger: who else counts a tree's running children and its model turns. A tree run in
+one process counts them itself (`LOCAL`); one whose children also run in other processes
+(Ray shards) keeps a ledger in the driver.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from attrs import define, field
 
-from subsessions._core.ledger import LOCAL, TreeLedger
 from subsessions._core.meter import Alarms, Meter, Stop
 from subsessions._core.specs import tool_specs
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig
 from subsessions.errors import ChildLimitReached, DepthLimitReached, QueueFull
 from subsessions.profiles import LoadedProfile, Profile, profile_namespace
+
+
+class TreeLedger(Protocol):
+    """What a tree tells (or asks) the process that counts it as a whole."""
+
+    async def reserve(self) -> None: ...  # a place for a new child there (raises: none)
+    def reserve_now(self) -> None: ...  # a place for a follow-up, counted without asking
+    def give_back(self) -> None: ...  # a reserved place whose child never started
+    def ended(self) -> None: ...  # a child that started has ended
+
+    def respond(self, host: Any, client: Any, request: Any) -> Awaitable[Any]:
+        """One model call of a session of the tree (the ledger may grant it first)."""
+        ...
+
+
+class LocalLedger:
+    """A tree counted only here: nothing to ask, nothing to tell."""
+
+    __slots__ = ()
+
+    async def reserve(self) -> None:
+        return None
+
+    def reserve_now(self) -> None:
+        return None
+
+    def give_back(self) -> None:
+        return None
+
+    def ended(self) -> None:
+        return None
+
+    def respond(self, host: Any, client: Any, request: Any) -> Awaitable[Any]:
+        call: Awaitable[Any] = client.respond(request)
+        return call
+
+
+LOCAL = LocalLedger()
+
 
 Specs = tuple[dict[str, Any], ...]
 NO_BUDGET = Budget()

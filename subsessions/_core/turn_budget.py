@@ -4,19 +4,12 @@ ending record, and whether a cancel being handled is the budget's own."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Any
 
+from subsessions._core.conversation import Conversation
 from subsessions._core.meter import Meter
 from subsessions.errors import BudgetExhausted
 from subsessions.rollouts import records
-
-
-class Budgeted(Protocol):
-    """What the budget check needs of the session whose task it is."""
-
-    @property
-    def meter(self) -> Meter: ...  # what it spent against its budget (and its ancestors')
-    def claim_budget_stop(self, error: BudgetExhausted) -> None: ...  # it ends by itself
 
 
 def fresh(stop: BudgetExhausted) -> BudgetExhausted:
@@ -35,7 +28,7 @@ def budget_cancelled() -> bool:
     return task is not None and task.uncancel() == 0
 
 
-def check(host: Budgeted, reached: tuple[Meter, BudgetExhausted] | None) -> None:
+def check(host: Conversation, reached: tuple[Meter, BudgetExhausted] | None) -> None:
     """A budget limit was reached: the session whose limit it is stops (with its tree),
     and this task ends here, by itself, with the same error."""
     if reached is None:

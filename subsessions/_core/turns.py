@@ -1,41 +1,37 @@
 """The task loop: one task of a session, from the user's prompt to exactly one ending.
 
-Model turns, tool calls (host tools, the engine's own tools and the profile allowlist meet
-in `call_tool`), notices of children that ended unseen, token counts, the hosts' hooks
-around the task; and the one terminal record on every path. The session keeps identity and
-state; this module is what a task does to it.
+`run` begins the task (`_begin`), runs its turns (model calls, and the tool calls they ask
+for in `tool_calls.calls`, with notices of children that ended unseen, token counts and
+budgets) and ends it (`_end`: the one terminal record on every path, the hosts' hooks).
+A child's ending reaches its parent once it is on disk (`settle_when_written`), on both
+backends. The session keeps identity and state; this module is what a task does to it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Coroutine
 from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, Protocol
 
 from subsessions._core.conversation import Child, Conversation
-from subsessions._core.hooks import announce_end, budget_limited, prompt_hooks
-from subsessions._core.specs import ASK_USER_SPEC
-from subsessions._core.tool_calls import parent_message
-from subsessions._core.tool_calls import subsessions as subsession_tools
+from subsessions._core.hooks import announce_end, budget_limited, prompt_hooks, stop_blocked
+from subsessions._core.tool_calls.calls import call_tool
 from subsessions._core.turn_budget import budget_cancelled, budget_ending, check, fresh
 from subsessions._core.turn_children import children_at_turn_end, deliver_notices
 from subsessions.children import CANCELLED, Done, Ending, Failed, on_disk
-from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBSESSION_TOOL_NAMES
 from subsessions.errors import (
     BudgetExhausted,
     MaxTurnsExceeded,
     ModelError,
-    ToolNotSupported,
     error_text,
 )
 from subsessions.events import emit
 from subsessions.ids import new_session_id
 from subsessions.items import (
     Item,
-    function_call_output,
     is_assistant_message,
     message_text,
     output_problem,
@@ -44,7 +40,6 @@ from subsessions.items import (
 from subsessions.models.base import ModelRequest, ModelResponse, TokenUsage
 from subsessions.rollouts import records
 from subsessions.rollouts.recorder import RolloutRecorder
-from subsessions.tools.schema import check_arguments, parse_arguments
 
 if TYPE_CHECKING:  # the [otel] extra
     from subsessions.otel.tracing import TaskSpan
@@ -100,13 +95,19 @@ async def run(host: Conversation, prompt: str, first: bool | None,
             try:
                 host.recorder.flush()  # the task's head reaches the file before the first call
                 tool_choice = host.config.tool_choice  # then auto, once a tool was called
+                blocks = 0  # its stop hook kept it going so often (a child's)
                 for _ in range(host.max_turns):
                     request = _request(host, tool_choice)
                     responding = host.tree.respond(host, host.runtime.model_client, request)
                     answer, calls = _answered(host, await (
                         responding if tracer is None else tracer.chat(host, request, responding)))
-                    if not calls:  # done, unless a message came or its children are awaited
-                        if host.has_mail or await children_at_turn_end(host):
+                    if not calls:  # done, unless a message came, its children are awaited,
+                        if host.has_mail or await children_at_turn_end(host):  # or a hook
+                            continue  # keeps a child going
+                        if host.is_child and host.tree.config.hooks is not None and (
+                                reason := await stop_blocked(host, answer, blocks)) is not None:
+                            blocks += 1
+                            _tell(host, reason)
                             continue
                         break
                     tool_choice = "auto"  # (map: a closure over `host` is a cell a frame)
@@ -323,51 +324,3 @@ def _count(host: Conversation, usage: TokenUsage) -> None:
             "agent_name": host.agent_name, "last": usage.as_dict(),
             **host.usage().as_dict(),
         })
-
-
-# -- function calls: host tools, the engine's own tools and the allowlist meet here ------
-async def call_tool(host: Conversation, call: Item) -> Item:
-    """Run one function call; every failure becomes a failed output, never an exception."""
-    call_id = str(call.get("call_id", ""))
-    name = str(call.get("name", ""))
-    host.tool_calls += 1
-    if host.heard:
-        emit(host.events, "tool.execution_start", {"tool_call_id": call_id, "tool_name": name,
-                                                   "arguments": call.get("arguments")})
-    try:
-        work = _dispatch(host, name, str(call.get("arguments", "")), call_id)
-        tracer = host.runtime.tracer
-        output = await (work if tracer is None else tracer.tool(host, call, work))
-        success = True
-    except Exception as exc:
-        output, success = error_text(exc), False
-    if host.heard:
-        emit(host.events, "tool.execution_complete", {
-            "tool_call_id": call_id, "tool_name": name, "success": success, "result": output})
-    return function_call_output(call_id, output, success)
-
-
-async def _dispatch(host: Conversation, name: str, arguments: str, call_id: str) -> str:
-    kit = host.kit
-    tool = kit.tools.get(name)
-    builtin: Callable[[dict[str, Any]], Awaitable[str]] | None = None
-    if tool is None:
-        if name in SUBSESSION_TOOL_NAMES and kit.allows(name):
-            builtin = partial(subsession_tools.call_parsed, host.subsessions, name,
-                              call_id=call_id)
-        elif name == ASK_USER:  # the root's handler decides, whatever the allowlist
-            builtin = partial(_ask_user, host)
-        elif name == PARENT_MESSAGE and host.depth >= 1 and kit.allows(name):
-            builtin = partial(parent_message.call, host)
-        else:  # denied by the allowlist, or never offered: no handler runs
-            raise ToolNotSupported(name)
-    return await host.runtime.dispatcher.call_tool(
-        host, tool, name, parse_arguments(name, arguments), call_id, builtin
-    )
-
-
-async def _ask_user(host: Conversation, arguments: dict[str, Any]) -> str:
-    check_arguments(ASK_USER, ASK_USER_SPEC["parameters"], arguments)
-    return await host.runtime.dispatcher.ask_user(
-        host, arguments["question"], arguments.get("choices")
-    )

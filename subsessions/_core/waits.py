@@ -2,19 +2,27 @@
 
 A waiter never cancels what it waits on: a cancelled wait leaves the child and its ending
 alone. Every error (an unknown id, a bad timeout) is raised when the wait is awaited.
+
+Parallel and chained runs (`run_parallel`, `run_chain`): ordinary children, spawned and
+waited for together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from subsessions._core.child import ChildLife
-from subsessions.children import WaitResult, checked_seconds
-from subsessions.errors import ChildNotFinished, ChildTimeout, InvalidArguments
+from subsessions.children import ChildStatus, RunResult, RunStep, WaitResult, checked_seconds
+from subsessions.errors import ChildNotFinished, ChildTimeout, InvalidArguments, SubsessionError
+from subsessions.profiles import Profile
 
-Lookup = Callable[[str], ChildLife[Any]]
+if TYPE_CHECKING:  # a name only: children are made above
+    from subsessions._core.conversation import Child
+
+
+Lookup = Callable[[str], "Child"]
 
 
 async def wait_child(lookup: Lookup, session_id: str, timeout: float | None) -> str | None:
@@ -40,7 +48,7 @@ async def wait_child_ms(lookup: Lookup, session_id: str, timeout_ms: int | None)
     return await wait_child(lookup, session_id, None if timeout_ms is None else timeout_ms / 1000)
 
 
-async def _wait_one(record: ChildLife[Any], session_id: str, seconds: float | None,
+async def _wait_one(record: Child, session_id: str, seconds: float | None,
                     label_ms: int) -> str | None:
     if not record.settled:
         if seconds is not None and seconds <= 0:
@@ -52,7 +60,7 @@ async def _wait_one(record: ChildLife[Any], session_id: str, seconds: float | No
     return record.result()
 
 
-async def wait_many(children: Mapping[str, ChildLife[Any]], session_ids: list[str],
+async def wait_many(children: Mapping[str, Child], session_ids: list[str],
                     timeout: float | None, *, every: bool) -> WaitResult:
     """Once one (or every one) of the named children has ended, or at the timeout."""
     if isinstance(session_ids, str) or not all(isinstance(i, str) for i in session_ids):
@@ -74,7 +82,7 @@ async def wait_many(children: Mapping[str, ChildLife[Any]], session_ids: list[st
     )
 
 
-async def wait_for(records: Sequence[ChildLife[Any]], seconds: float | None, *,
+async def wait_for(records: Sequence[Child], seconds: float | None, *,
                    every: bool) -> None:
     """Wait for the first (or every) one of `records` to settle, or for the timeout."""
     pending = [r.finished for r in records if not r.settled]
@@ -90,3 +98,90 @@ async def wait_for(records: Sequence[ChildLife[Any]], seconds: float | None, *,
     finally:
         for record in records:
             record.waiters -= 1
+
+
+class Spawner(Protocol):
+    """What a run needs of a manager: spawning a child and waiting for children."""
+
+    async def spawn_child(
+        self, profile: str | Profile, prompt: str, *, call_id: str | None = None
+    ) -> str: ...
+
+    async def wait_all(
+        self, session_ids: list[str], timeout: float | None = None
+    ) -> WaitResult: ...
+
+
+async def run_parallel(
+    manager: Spawner,
+    tasks: list[tuple[str | Profile, str]],
+    timeout: float | None = None,
+    *,
+    call_id: str | None = None,
+) -> RunResult:
+    """Spawn every task at once; results in task order (pending ones on timeout)."""
+    check_tasks("run_parallel", tasks)
+    checked_seconds("run_parallel", timeout)
+    ids: list[str | None] = []
+    errors: dict[int, str] = {}
+    for index, (profile, prompt) in enumerate(tasks):
+        try:
+            ids.append(
+                await manager.spawn_child(profile, prompt, call_id=step_call(call_id, index))
+            )
+        except SubsessionError as exc:  # e.g. the limit: that step fails, the rest run
+            ids.append(None)
+            errors[index] = str(exc)
+    started = [cid for cid in ids if cid is not None]
+    waited = await manager.wait_all(started, timeout)
+    steps = [
+        RunStep(index, waited.children[cid] if cid else None, errors.get(index))
+        for index, cid in enumerate(ids)
+    ]
+    return RunResult(steps, waited.timed_out, None)
+
+
+async def run_chain(
+    manager: Spawner,
+    tasks: list[tuple[str | Profile, str]],
+    timeout: float | None = None,
+    *,
+    call_id: str | None = None,
+) -> RunResult:
+    """Run tasks one after another, `{previous}` in a prompt being the last result;
+    stop at the first step that does not complete."""
+    check_tasks("run_chain", tasks)
+    seconds = checked_seconds("run_chain", timeout)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    previous = ""
+    steps: list[RunStep] = []
+    for index, (profile, prompt) in enumerate(tasks):
+        try:
+            cid = await manager.spawn_child(
+                profile, prompt.replace("{previous}", previous), call_id=step_call(call_id, index)
+            )
+        except SubsessionError as exc:
+            steps.append(RunStep(index, None, str(exc)))
+            return RunResult(steps, False, index)
+        left = None if deadline is None else deadline - time.monotonic()
+        waited = await manager.wait_all([cid], max(left, 0.001) if left is not None else None)
+        info = waited.children[cid]
+        steps.append(RunStep(index, info, None))
+        if waited.timed_out:
+            return RunResult(steps, True, index)
+        if info.status is not ChildStatus.DONE:
+            return RunResult(steps, False, index)
+        previous = info.result or ""
+    return RunResult(steps, False, None)
+
+
+def step_call(call_id: str | None, index: int) -> str | None:
+    """The spawning call of one step of a run: its events nest under the run's tool call."""
+    return None if call_id is None else f"{call_id}:{index}"
+
+
+def check_tasks(target: str, tasks: Any) -> None:
+    if isinstance(tasks, str | bytes) or not all(
+        isinstance(t, tuple | list) and len(t) == 2 and isinstance(t[1], str) for t in tasks
+    ):
+        raise InvalidArguments(target, "tasks must be a list of (profile, prompt) pairs")

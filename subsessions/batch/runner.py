@@ -54,6 +54,19 @@ class BatchHost(Protocol):
 
 @frozen
 class BatchResult:
+    """What `run_batch` gives back (the `run_batch` tool answers `as_dict()`).
+
+    Attributes:
+        batch_id: the id to resume it with (`run_batch(..., resume=batch_id)`).
+        total: items in the input.
+        completed: items completed, those of earlier runs of the batch included.
+        failed: items that failed.
+        cancelled: items cancelled.
+        output_path: where the output lines are.
+        failed_items: the first 20 failures, as (the item's line, the error).
+        journal_path: the batch's journal under the home's `batches/`.
+    """
+
     batch_id: str
     total: int
     completed: int  # completed items, those of earlier runs of the batch included

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from subsessions._core.conversation import Conversation
 from subsessions._core.session import Session
-from subsessions._core.spawning import Member
 from subsessions.config import SessionConfig
 from subsessions.engine import access
 from subsessions.engine.facade import Engine
@@ -90,11 +90,11 @@ class ClientConnection:
             await self._engine.destroy_session(session.session_id)
 
 
-def own_session(client: ClientConnection, session_id: object) -> Member:
+def own_session(client: ClientConnection, session_id: object) -> Conversation:
     """The connection's parent session or one of its descendants, by its full id; nothing
     else in the home is reachable (`access`: another client's id is `unknown session`)."""
     parent = client.session_or_none
-    tree: dict[str, Member] = {}
+    tree: dict[str, Conversation] = {}
     if parent is not None:
         tree = {s.session_id: s for s in (parent, *parent.subsessions.tree())}
     return tree[access.named(session_id, tree)]

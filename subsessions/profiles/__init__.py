@@ -83,6 +83,8 @@ class Profile:
 
 @frozen
 class LoadedProfile:
+    """A loaded profile and where it came from: `builtin` or the file's path."""
+
     profile: Profile
     source: str  # "builtin" or the file it came from
 

@@ -25,7 +25,7 @@ from subsessions.ray.wire import Ended
 
 log = logging.getLogger("subsessions")
 MAX_CONCURRENCY = 100_000  # children and requests in flight on one shard
-START_GRACE = 10.0  # seconds the other shards get to start once one has
+START_GRACE = 30.0  # seconds the other shards get to start once one has (a loaded machine)
 
 
 @define(eq=False)

@@ -35,7 +35,7 @@ class ShardChild(Child):
             origin=Origin(spec.session_id, spec.rollout_path, started_at=spec.started_at,
                           token_usage=spec.token_usage, counts=spec.counts,
                           history=tuple(read_rollout(spec.rollout_path).response_items()
-                                        if spec.follow_up else ()),
+                                        if spec.follow_up else spec.history),
                           inbox=tuple(spec.inbox)))
         self.follow_up = spec.follow_up  # a later task: no session start, as in process
         self.to_parent = to_parent  # its parent is the driver's session: messages go there

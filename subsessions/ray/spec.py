@@ -51,6 +51,7 @@ def child_spec(child: Child, prompt: str, first: bool) -> ChildSpec:
         inbox=tuple(child.inbox),
         elapsed=child.meter.elapsed(),
         follow_up=not first,
+        history=tuple(child.history) if first else (),
         token_usage=child.token_usage,
         counts=(child.turns, child.tool_calls),
         spent=(child.meter.turns, child.meter.tokens),

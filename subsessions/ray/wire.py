@@ -68,6 +68,7 @@ class ChildSpec:
     inbox: tuple[str, ...] = ()  # messages sent to it before it was sent here
     elapsed: float = 0.0  # seconds since its spawn in the driver: its clock counts from there
     follow_up: bool = False  # a later task (send_message to it ended): history from its rollout
+    history: tuple[dict[str, Any], ...] = ()  # a first task's: a fork's copied items
     token_usage: TokenUsage = NO_USAGE  # its tasks' so far: tokens, and (turns, tool calls);
     counts: tuple[int, int] = (0, 0)
     spent: tuple[int, int] = (0, 0)  # and its meter's (turns, tokens)

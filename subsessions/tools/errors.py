@@ -24,6 +24,11 @@ class ToolError(SubsessionError):
 
 
 class SandboxUnavailable(ToolError):
+    """bubblewrap is missing or cannot start: the command was refused, never run bare.
+
+    Message: `sandbox unavailable: {reason}; the command was refused rather than run
+    outside the sandbox`.
+    """
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(
@@ -33,6 +38,10 @@ class SandboxUnavailable(ToolError):
 
 
 class WriteNotAllowed(ToolError):
+    """A write outside the sandbox's writable roots, or into the engine's home.
+
+    Message: `writing {path} is not allowed: {why}`.
+    """
     def __init__(self, path: str, why: str, message: str | None = None) -> None:
         self.path = path
         self.why = why
@@ -40,6 +49,10 @@ class WriteNotAllowed(ToolError):
 
 
 class ApprovalDenied(ToolError):
+    """The approval policy asked, and the answer was not `approved`.
+
+    Message: `{what} was not approved ({kind}); nothing was run or changed`.
+    """
     def __init__(self, what: str, kind: str) -> None:
         self.what = what
         self.kind = kind
@@ -47,6 +60,8 @@ class ApprovalDenied(ToolError):
 
 
 class EscalationNotAllowed(ToolError):
+    """A command asked to leave the sandbox (`with_escalated_permissions`) where the
+    approval policy cannot grant it; the command was not run."""
     def __init__(self, approval: str, sandbox: str) -> None:
         self.approval = approval
         self.sandbox = sandbox
@@ -58,6 +73,10 @@ class EscalationNotAllowed(ToolError):
 
 
 class CommandNotFound(ToolError):
+    """The program is not on PATH, or not executable.
+
+    Message: `command not found: {program!r} ({why})`.
+    """
     def __init__(self, program: str, why: str) -> None:
         self.program = program
         self.why = why
@@ -65,6 +84,10 @@ class CommandNotFound(ToolError):
 
 
 class PatchSyntaxError(ToolError):
+    """A malformed `apply_patch` text; nothing was changed.
+
+    Message: `invalid patch, line {line}: {problem}`.
+    """
     def __init__(self, line: int, problem: str) -> None:
         self.line = line
         self.problem = problem
@@ -72,6 +95,10 @@ class PatchSyntaxError(ToolError):
 
 
 class PatchConflict(ToolError):
+    """A hunk does not match its file; no file was changed (all hunks or none).
+
+    Message: `apply_patch failed, no file was changed: {path}: {problem}`.
+    """
     def __init__(self, path: str, problem: str) -> None:
         self.path = path
         self.problem = problem

@@ -449,7 +449,8 @@ async def test_tool_schemas(engine: Engine, script: Script) -> None:
             assert params["additionalProperties"] is False
             assert set(params["required"]) == set(params["properties"])
         create_props = specs["create_session"]["parameters"]["properties"]
-        assert set(create_props) == {"session_type", "prompt", "budget"}  # DESIGN 3.1
+        # DESIGN 3.1, and 3.13's fork_turns (required-nullable, as budget is)
+        assert set(create_props) == {"session_type", "prompt", "budget", "fork_turns"}
         assert create_props["budget"]["type"] == ["object", "null"]
         assert set(create_props["budget"]["required"]) == {
             "max_turns", "max_tokens", "max_seconds"}

@@ -7,10 +7,11 @@ from typing import Any, Literal
 import orjson
 from attrs import define
 
-from subsessions._core import composition
-from subsessions._core.composition import Spawner
+from subsessions._core import waits
 from subsessions._core.manager import SubsessionManager
+from subsessions._core.spawning import fork_turns_of
 from subsessions._core.specs import SCHEMAS, batch_schema, create_schema, run_schema
+from subsessions._core.waits import Spawner
 from subsessions.budget import parse_budget
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
 from subsessions.profiles import Profile
@@ -70,16 +71,18 @@ async def create(
     schema = create_schema(list(profiles))
     schema["properties"]["session_type"] = {"type": "string"}  # unknown names: own text
     del schema["properties"]["budget"]  # checked below, with texts of its own
+    del schema["properties"]["fork_turns"]
     schema["required"] = ["session_type", "prompt"]
     rest = dict(arguments)
     budget = parse_budget(rest.pop("budget", None), tool)
+    fork_turns = fork_turns_of(rest.pop("fork_turns", None), tool)
     check_arguments(tool, schema, rest)
     if rest["session_type"] not in profiles:
         raise UnknownSessionType(rest["session_type"], tuple(profiles))
     if not rest["prompt"].strip():
         raise InvalidArguments(tool, "prompt must not be empty")
     return await manager.spawn_child(rest["session_type"], rest["prompt"], call_id=call_id,
-                                     budget=budget)
+                                     budget=budget, fork_turns=fork_turns)
 
 
 async def run_batch(manager: SubsessionManager, arguments: dict[str, Any], call_id: str) -> str:
@@ -158,7 +161,7 @@ def parse_run(manager: SubsessionManager, arguments: dict[str, Any]) -> RunPlan:
 
 async def run_plan(plan: RunPlan, spawner: Spawner, call_id: str) -> str:
     """Run a checked plan, its children spawned through `spawner`; every step's outcome."""
-    runner = composition.run_parallel if plan.mode == "parallel" else composition.run_chain
+    runner = waits.run_parallel if plan.mode == "parallel" else waits.run_chain
     run = await runner(spawner, plan.tasks, plan.seconds, call_id=call_id)
     body: dict[str, Any] = {
         "mode": plan.mode,
