@@ -230,3 +230,44 @@ async def test_a_claude_parent_has_children_on_claude_and_on_an_openai_compatibl
     models = {sid: records[0]["payload"]["model"] for sid, records in rollouts(home).items()}
     assert models[local.session_id] == "local:qwen3:8b"
     assert models[claude.session_id] == "claude-test"
+
+
+def without_marks(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in block.items() if k != "cache_control"} for block in blocks]
+
+
+async def test_a_forked_child_sends_the_parents_conversation_as_its_prefix(
+    fake: FakeAnthropic, home: Path, tmp_path: Path
+) -> None:
+    thought = {"type": "thinking", "thinking": "First add.", "signature": "sig-" + "x" * 40}
+
+    def script(request: Recorded) -> Turn:
+        if is_worker(request):
+            return Turn(text="forked done", input_tokens=5, cache_read=900)
+        done = results(request)
+        if not done:
+            return Turn(calls=(("add", {}),), thinking=(thought,))
+        if len(done) == 1:
+            return Turn(calls=(("create_session", {"session_type": "worker", "prompt": "go on",
+                                                   "fork_turns": "all"}),))
+        if len(done) == 2:
+            return Turn(calls=(("wait_session", {"session_id": child_of(request, 1),
+                                                 "timeout_ms": 10_000}),))
+        return Turn(text="parent done")
+
+    fake.script = script
+    async with engine_on(fake, home, tmp_path) as engine:
+        parent = await engine.create_session(CONFIG)
+        assert await parent.send_and_wait("delegate") == "parent done"
+        [child] = parent.subsessions.children()
+        assert child.usage.input_tokens == 905
+    [forked] = [r for r in fake.requests if is_worker(r)]
+    second = fake.requests[1].body["messages"]  # the parent's, after its add
+    sent = forked.body["messages"]
+    # the parent's conversation up to the spawning call, its thinking signature unchanged
+    assert [m["role"] for m in sent[:3]] == ["user", "assistant", "user"]
+    assert sent[1]["content"][0] == thought
+    for mine, theirs in zip(sent[:2], second[:2], strict=True):
+        assert without_marks(mine["content"]) == without_marks(theirs["content"])
+    assert sent[-1]["content"][-1]["cache_control"] == EPHEMERAL
+    assert "go on" in json.dumps(sent[-1])
