@@ -32,6 +32,7 @@ class Provider:
     stream_idle_timeout_ms: int = 300_000
     prompt_cache: bool = True  # the anthropic wire's cache_control breakpoints (DESIGN 3.14)
     stream: bool = True  # false: the anthropic wire asks for whole messages
+    thinking_budget_tokens: int = 0  # the anthropic wire's extended thinking; 0: off
 
 
 BUILTIN_PROVIDERS = {
@@ -82,7 +83,7 @@ _TOP_KEYS = {"model": str, "model_provider": str, "model_max_output_tokens": int
 _PROVIDER_KEYS: dict[str, type] = {
     "name": str, "base_url": str, "env_key": str, "wire_api": str,
     "request_max_retries": int, "stream_idle_timeout_ms": int, "prompt_cache": bool,
-    "stream": bool,
+    "stream": bool, "thinking_budget_tokens": int,
 }
 _AGENT_KEYS = {"max_depth": int, "max_children": int, "max_queued": int}
 _TABLES = {"model_providers", "agents", "mcp_servers", "shell_environment_policy", "ray"}

@@ -142,3 +142,18 @@ def test_the_wire_without_the_extra_is_one_line(tmp_path: Path) -> None:
     assert out.returncode != 0
     assert out.stderr == ("subsessions: provider anthropic: wire_api: the anthropic wire needs "
                           "the anthropic SDK: pip install 'subsessions[anthropic]'\n")
+
+
+def test_thinking_is_read_from_the_table_and_must_fit_under_max_tokens() -> None:
+    table = {"base_url": "http://127.0.0.1:9", "thinking_budget_tokens": 4096}
+    settings = settings_from_mapping(
+        {"model_provider": "anthropic", "model_providers": {"anthropic": table}}, "c.toml")
+    client = build_provider_client(settings, settings.provider)
+    assert isinstance(client, AnthropicModel) and client.thinking_budget_tokens == 4096
+    capped = settings_from_mapping(
+        {"model_provider": "anthropic", "model_max_output_tokens": 4096,
+         "model_providers": {"anthropic": table}}, "c.toml")
+    with pytest.raises(ConfigError) as raised:
+        build_provider_client(capped, capped.provider)
+    assert str(raised.value) == ("provider anthropic: thinking_budget_tokens: must be below "
+                                 "max_tokens (4096; model_max_output_tokens sets it)")

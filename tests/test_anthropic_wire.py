@@ -25,6 +25,7 @@ from fake_anthropic import (  # noqa: E402
 
 from subsessions.errors import MalformedStream, ModelError  # noqa: E402
 from subsessions.items import (  # noqa: E402
+    assistant_message,
     function_call,
     function_call_output,
     user_message,
@@ -448,3 +449,26 @@ async def test_a_server_that_says_do_not_retry_is_not_retried(fake: FakeAnthropi
     with pytest.raises(ModelError, match=r"HTTP 503 api_error: maintenance$"):
         await ask(fake)
     assert len(fake.requests) == 1
+
+
+THINKING = {"type": "enabled", "budget_tokens": 2048}
+LOOP_WITHOUT_THOUGHT = (user_message("add"), function_call("add", "{}", "toolu_1"),
+                        function_call_output("toolu_1", "3", True))
+
+
+@pytest.mark.parametrize(("items", "choice", "asked"), [
+    ((), "auto", True),
+    ((), "none", True),
+    ((), "required", False),  # the API refuses thinking with a forced tool choice
+    ((), "add", False),
+    (HISTORY, "auto", True),  # the tool loop's assistant turn opened with thinking
+    (LOOP_WITHOUT_THOUGHT, "auto", False),  # it did not (it began forced): not this turn
+    ((*LOOP_WITHOUT_THOUGHT, assistant_message("3"), user_message("again")), "auto", True),
+], ids=["auto", "none", "required", "named", "loop-with-thinking", "loop-without",
+        "after-the-loop"])
+async def test_extended_thinking_is_asked_where_the_api_takes_it(
+    fake: FakeAnthropic, items: tuple[dict[str, Any], ...], choice: str, asked: bool,
+) -> None:
+    await ask(fake, *(items or (user_message("hi"),)), choice=choice,
+              thinking_budget_tokens=2048)
+    assert fake.requests[0].body.get("thinking") == (THINKING if asked else None)

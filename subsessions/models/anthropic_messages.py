@@ -127,6 +127,20 @@ def with_cache_marks(system: list[Block], tools: list[Block],
                 break
 
 
+def may_think(messages: list[dict[str, Any]], choice: str, tools: list[Block]) -> bool:
+    """Whether extended thinking can be asked for: the API refuses it with a forced tool
+    choice, and in a tool loop whose assistant turn did not open with a thinking block (one
+    that began forced, or before thinking was on)."""
+    if tools and choice not in ("auto", "none"):
+        return False
+    for message in reversed(messages):
+        if message["role"] == "assistant":
+            blocks = message["content"]
+            in_loop = any(b["type"] == "tool_use" for b in blocks)
+            return not in_loop or blocks[0]["type"] in THINKING_BLOCKS
+    return True
+
+
 def to_tool(spec: dict[str, Any]) -> Block:
     """A Responses-format function definition as a Messages tool."""
     return {"name": spec["name"], "description": spec.get("description", ""),

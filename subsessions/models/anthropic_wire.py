@@ -18,6 +18,7 @@ from subsessions.models.anthropic_errors import classify
 from subsessions.models.anthropic_messages import (
     DEFAULT_MAX_TOKENS,
     Blocks,
+    may_think,
     to_messages,
     to_tool,
     to_tool_choice,
@@ -57,12 +58,14 @@ class AnthropicModel(OpenAIModel[anthropic.AsyncAnthropic]):
         max_output_tokens: int | None = None,
         prompt_cache: bool = True,
         stream: bool = True,
+        thinking_budget_tokens: int = 0,
     ) -> None:
         super().__init__(client, provider=provider, retry=retry,
                          stream_idle_timeout=stream_idle_timeout,
                          max_output_tokens=max_output_tokens)
         self.prompt_cache = prompt_cache
         self.stream = stream
+        self.thinking_budget_tokens = thinking_budget_tokens
 
     def _classify(self, exc: BaseException, endpoint: Endpoint) -> BaseException:
         return classify(exc, endpoint)
@@ -83,6 +86,9 @@ class AnthropicModel(OpenAIModel[anthropic.AsyncAnthropic]):
         if tools:
             arguments["tools"] = tools
             arguments["tool_choice"] = to_tool_choice(request.tool_choice)
+        if self.thinking_budget_tokens and may_think(messages, request.tool_choice, tools):
+            arguments["thinking"] = {"type": "enabled",
+                                     "budget_tokens": self.thinking_budget_tokens}
         if self.stream:
             arguments["stream"] = True
         return arguments

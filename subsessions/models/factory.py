@@ -41,12 +41,19 @@ def build_provider_client(settings: Settings, provider: Provider) -> OpenAIModel
             raise ConfigError(f"provider {provider.name}", "wire_api",
                               f"the anthropic wire needs the anthropic SDK: {ANTHROPIC_EXTRA}"
                               ) from None
+        from subsessions.models.anthropic_messages import DEFAULT_MAX_TOKENS
         from subsessions.models.anthropic_wire import AnthropicModel
 
+        thinking = provider.thinking_budget_tokens
+        if thinking and thinking >= (cap or DEFAULT_MAX_TOKENS):
+            raise ConfigError(f"provider {provider.name}", "thinking_budget_tokens",
+                              f"must be below max_tokens ({cap or DEFAULT_MAX_TOKENS}; "
+                              "model_max_output_tokens sets it)")
         return AnthropicModel(
             anthropic.AsyncAnthropic(base_url=provider.base_url, api_key=key, max_retries=0),
             provider=provider.name, retry=retry, stream_idle_timeout=idle,
             max_output_tokens=cap, prompt_cache=provider.prompt_cache, stream=provider.stream,
+            thinking_budget_tokens=thinking,
         )
     import openai
 
