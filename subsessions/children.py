@@ -60,9 +60,10 @@ class Pending:
 
 @frozen
 class Done:
-    """Ended with an answer: `result` is its last assistant message (None if it wrote none)."""
+    """Ended with an answer: `result` is its last assistant message (None if it wrote none),
+    or a typed child's validated JSON value (`output_schema`)."""
 
-    result: str | None
+    result: Any
 
 
 @frozen

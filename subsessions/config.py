@@ -235,6 +235,7 @@ def derive_config(
             max_turns=profile.max_turns,
             budget=base.budget or profile.budget,
             tool_choice=base.tool_choice if base.tool_choice != "auto" else profile.tool_choice,
+            sandbox=profile.sandbox or base.sandbox,  # a profile narrows it, never widens
         )
     custom = [t for t in base.tools if t.name not in BUILTIN_TOOL_NAMES]
     return SessionConfig(
@@ -248,6 +249,7 @@ def derive_config(
         notify_on_child_end=base.notify_on_child_end,
         budget=profile.budget,
         tool_choice=profile.tool_choice,
+        sandbox=profile.sandbox or "workspace-write",  # narrowed, as its rollout records
     )
 
 

@@ -259,6 +259,20 @@ class MaxTurnsExceeded(SubsessionError):
         super().__init__(f"max_turns ({max_turns}) exceeded without a final answer")
 
 
+class OutputMismatch(SubsessionError):
+    """A typed child (`output_schema`) did not submit a result that validates, in its tries.
+
+    Message: `result did not match output_schema: {detail}` (the first validation error, or
+    `no submit_result call`).
+
+    Attributes:
+        detail: what was wrong.
+    """
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(f"result did not match output_schema: {detail}")
+
+
 class BudgetExhausted(SubsessionError):
     """A budget limit was reached: `kind` is turns, tokens or seconds."""
 

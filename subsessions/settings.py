@@ -49,6 +49,18 @@ BUILTIN_PROVIDERS = {
 
 
 @frozen
+class CommandHook:
+    """One `[[hooks.EVENT]]` entry: a command run with the event as JSON on stdin."""
+
+    event: str  # SubagentStart | SubagentStop (Claude Code's names)
+    command: str
+    timeout: float = 30.0
+
+
+HOOK_EVENTS = ("SubagentStart", "SubagentStop")
+
+
+@frozen
 class RaySettings:
     """The `[ray]` table (or `--ray ADDRESS`): children of top-level sessions run on a Ray
     cluster. No `address` starts a local Ray; "auto" joins the one on this machine."""
@@ -71,6 +83,7 @@ class Settings:
     mcp_servers: Mapping[str, Any] = {}  # [mcp_servers.NAME] tables, checked by subsessions.mcp
     env_policy: EnvPolicy = field(factory=EnvPolicy)  # [shell_environment_policy]
     ray: RaySettings | None = None  # [ray]: None runs every child in this process
+    command_hooks: tuple[CommandHook, ...] = ()  # [[hooks.SubagentStart]] and the like
     source: str = "defaults"  # the file these came from, for error messages
     named: frozenset[str] = frozenset()  # the top-level keys the file set (model, ...)
 
@@ -86,7 +99,10 @@ _PROVIDER_KEYS: dict[str, type] = {
     "stream": bool, "thinking_budget_tokens": int,
 }
 _AGENT_KEYS = {"max_depth": int, "max_children": int, "max_queued": int}
-_TABLES = {"model_providers", "agents", "mcp_servers", "shell_environment_policy", "ray"}
+_TABLES = {"model_providers", "agents", "mcp_servers", "shell_environment_policy", "ray",
+           "hooks",
+           # read, with their own checks, where profiles load (subsessions.profiles.layers)
+           "profiles", "model_aliases"}
 _RAY_KEYS: dict[str, type] = {"address": str, "shards": int, "per_shard": int}
 
 
@@ -150,6 +166,8 @@ def settings_from_mapping(data: Mapping[str, Any], source: str) -> Settings:
         values["env_policy"] = env_policy_from_table(data["shell_environment_policy"], source)
     if "ray" in data:
         values["ray"] = _ray(source, data["ray"])
+    if "hooks" in data:
+        values["command_hooks"] = _hooks(source, data["hooks"])
     named = frozenset(k for k in data if k in _TOP_KEYS)
     settings = Settings(providers=providers, mcp_servers=servers, source=source, named=named,
                         **values)
@@ -159,6 +177,31 @@ def settings_from_mapping(data: Mapping[str, Any], source: str) -> Settings:
             f"no provider {settings.model_provider!r}; known: {', '.join(sorted(providers))}",
         )
     return settings
+
+
+def _hooks(source: str, table: dict[str, Any]) -> tuple[CommandHook, ...]:
+    """`[[hooks.SubagentStart]]` / `[[hooks.SubagentStop]]`: `command`, and `timeout`
+    (seconds, default 30)."""
+    found: list[CommandHook] = []
+    for event, entries in table.items():
+        where = f"hooks.{event}"
+        if event not in HOOK_EVENTS:
+            raise ConfigError(source, where, f"unknown event; known: {', '.join(HOOK_EVENTS)}")
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise ConfigError(source, where, f"must be an array of tables ([[{where}]])")
+        for entry in entries:
+            unknown = sorted(set(entry) - {"command", "timeout"})
+            if unknown:
+                raise ConfigError(source, f"{where}.{unknown[0]}", "unknown key")
+            command, timeout = entry.get("command"), entry.get("timeout", 30)
+            if not isinstance(command, str) or not command.strip():
+                raise ConfigError(source, f"{where}.command", "must be a non-empty string")
+            if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
+                    0 < timeout <= 600):
+                raise ConfigError(source, f"{where}.timeout", "must be seconds, more than 0 "
+                                  "and at most 600")
+            found.append(CommandHook(event, command, float(timeout)))
+    return tuple(found)
 
 
 def _ray(source: str, table: dict[str, Any]) -> RaySettings:

@@ -174,3 +174,49 @@ async def test_tcp_resume_list_delete_and_no_process_left(
         await client.delete_session(sid)
         assert rollouts(home) == {}
     assert PROCESSES[-1].poll() is not None  # runtime.shutdown: the runtime is gone
+
+
+async def test_the_sdks_subagent_hooks_add_context_and_keep_a_child_going(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """DESIGN 3.13 over `serve`: the SDK's `on_subagent_start` and `on_subagent_stop`."""
+    def script(request: Any) -> Reply:
+        if CHECKER in str(request.body.get("instructions", "")):
+            return text(f"checked ({len(fake_openai.requests)})")
+        done = tool_outputs(request)
+        if not done:
+            return calls(call("create_session", {"session_type": "checker", "prompt": "go"}))
+        if len(done) == 1:
+            child = json.loads(done[0])["session_id"]
+            return calls(call("wait_session", {"session_id": child, "timeout_ms": 20_000}))
+        return text("parent done")
+
+    fake_openai.script = script
+    stops: list[dict[str, Any]] = []
+    starts: list[dict[str, Any]] = []
+
+    def start(data: dict[str, Any], invocation: Any) -> dict[str, Any]:
+        starts.append(dict(data))
+        return {"additionalContext": "Use the staging keys."}
+
+    def stop(data: dict[str, Any], invocation: Any) -> dict[str, Any] | None:
+        stops.append(dict(data))
+        return {"decision": "block", "reason": "Check once more."} if len(stops) == 1 else None
+
+    async with python_client(home, fake_openai, tmp_path) as client:
+        session = await client.create_session(
+            on_permission_request=copilot.PermissionHandler.approve_all,
+            custom_agents=[checker_agent(None)],
+            hooks={"on_subagent_start": start, "on_subagent_stop": stop})
+        assert (await session.send_and_wait("delegate", timeout=30)) is not None
+        parent = session.session_id
+    child_requests = [r for r in fake_openai.requests
+                      if CHECKER in str(r.body.get("instructions", ""))]
+    assert len(child_requests) == 2  # blocked once
+    assert "Use the staging keys." in json.dumps(child_requests[0].body)
+    assert "Check once more." in json.dumps(child_requests[1].body)
+    [begun] = starts
+    assert (begun["sessionId"], begun["agentName"]) == (parent, "checker")
+    assert begun["agentId"] not in (None, parent)
+    assert [s["response"].startswith("checked") for s in stops] == [True, True]
+    assert all(s["agentId"] == begun["agentId"] for s in stops)

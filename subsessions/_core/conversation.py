@@ -339,8 +339,9 @@ class Child(Conversation):
             self.count_spent(figures.spent)
 
     # -- what it reports --------------------------------------------------------------------
-    def result(self) -> str | None:
-        """An ended child's last message, or the error of how it did not complete."""
+    def result(self) -> Any:
+        """An ended child's last message (a typed child's value), or the error of how it
+        did not complete."""
         outcome = self.outcome
         if isinstance(outcome, Done):
             return outcome.result

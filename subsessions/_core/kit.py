@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+import attrs
 from attrs import field, frozen
 
 from subsessions._core.specs import ASK_USER_SPEC, PARENT_MESSAGE_SPEC
@@ -92,9 +93,11 @@ def own_kit(config: SessionConfig, profile: Profile | None, tree: SessionTree, c
 def child_config(kit: Kit, profile: Profile, model: str, cwd: str,
                  context: ToolContext | None) -> SessionConfig:
     """A child's config under a session of `kit` (`derive_config`); built-in tools are made
-    anew for the child, bound to its non-interactive `context`."""
+    anew for the child, bound to its non-interactive `context` (read-only for a profile
+    that asks for it: a profile narrows the sandbox, never widens it)."""
     builtins: tuple[Tool, ...] = ()
     if context is not None:
+        context = narrowed(context, profile)
         names = [name for name in kit.tools if name in BUILTIN_TOOL_NAMES]
         builtins = builtin_tools(context, names)
     return derive_config(kit.config, profile, model=model, cwd=cwd, builtins=builtins)
@@ -103,3 +106,10 @@ def child_config(kit: Kit, profile: Profile, model: str, cwd: str,
 def _builtin_names(config: SessionConfig) -> tuple[str, ...] | None:
     chosen = config.builtin_tools
     return None if chosen is True else tuple(chosen or ())
+
+
+def narrowed(context: ToolContext, profile: Profile) -> ToolContext:
+    """`context` as a child of `profile` gets it: read-only when the profile says so."""
+    if profile.sandbox == "read-only" and context.sandbox != "read-only":
+        return attrs.evolve(context, sandbox="read-only")
+    return context

@@ -24,6 +24,7 @@ from subsessions._core.kit import Kit
 from subsessions._core.origin import NEW, Origin
 from subsessions._core.spawning import Kits, consent, fork_turns_of, forked_items
 from subsessions._core.tree import Reservation
+from subsessions._core.typed import check_schema
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
 from subsessions.budget import Budget
@@ -157,12 +158,16 @@ class SubsessionManager(ChildBook):
         call_id: str | None = None,
         budget: Budget | None = None,
         fork_turns: int | str | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> str:
         """Queue a child and return its id at once; it runs in an engine-owned task. Its
         `budget` (with its profile's) is clamped to what this session and the tree have left.
         `fork_turns` ("all", or N >= 1: the last N turns) starts it from a copy of this
-        session's conversation (DESIGN 3.13); None (or "none") from its prompt alone."""
+        session's conversation (DESIGN 3.13); None (or "none") from its prompt alone.
+        `output_schema` (a JSON Schema) makes it a typed child: it answers by calling
+        `submit_result` with a value that validates, which `wait_child` returns."""
         fork_turns = fork_turns_of(fork_turns, "spawn_child")
+        output_schema = check_schema(output_schema, "spawn_child")
         parent = self._session
         runtime = parent.runtime
         runtime.check_open()
@@ -175,9 +180,11 @@ class SubsessionManager(ChildBook):
         await consent(parent, kit, prompt, budget)  # the root's on_spawn, before any place
         tree = parent.tree
         call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
-        origin = NEW if fork_turns is None else Origin(
-            history=forked_items(parent.history, fork_turns, call_id),
-            forked_from=parent.session_id)
+        origin = NEW if fork_turns is None and output_schema is None else Origin(
+            history=() if fork_turns is None else forked_items(
+                parent.history, fork_turns, call_id),
+            forked_from=None if fork_turns is None else parent.session_id,
+            output_schema=output_schema)
         if tree.must_queue(parent.depth):  # beyond max_children: it waits its turn
             return self._enqueue(kit, prompt, call_id, budget, origin=origin)
         with await tree.reserve(parent.depth) as place:  # given back if it fails
@@ -312,14 +319,14 @@ class SubsessionManager(ChildBook):
     # -- waiting and cancelling -------------------------------------------------------------
     def wait_child(
         self, session_id: str, timeout: float | None = None
-    ) -> Coroutine[Any, Any, str | None]:
+    ) -> Coroutine[Any, Any, Any]:
         """The child's last assistant message. `None` waits forever, `<= 0` does not wait.
         (A coroutine, as `async def` would give, without a frame of its own.)"""
         return waits.wait_child(self._lookup, session_id, timeout)
 
     def wait_child_ms(
         self, session_id: str, timeout_ms: int | None
-    ) -> Coroutine[Any, Any, str | None]:
+    ) -> Coroutine[Any, Any, Any]:
         """`wait_child` in milliseconds, as the `wait_session` tool takes it."""
         return waits.wait_child_ms(self._lookup, session_id, timeout_ms)
 

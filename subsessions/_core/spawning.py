@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from subsessions._core.dispatch import call_maybe_async
-from subsessions._core.kit import Kit
+from subsessions._core.kit import Kit, narrowed
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig, as_child_config
 from subsessions.errors import InvalidArguments, SpawnDenied, error_text
@@ -44,7 +44,8 @@ class Kits:
 
     def _new(self, profile: Profile, config: SessionConfig) -> Kit:
         parent = self._parent
-        return Kit.of(config, profile, parent.child_tool_context(), parent.tree,
+        context = parent.child_tool_context()  # its children's too: narrowed as its own
+        return Kit.of(config, profile, context and narrowed(context, profile), parent.tree,
                       parent.depth + 1)
 
 

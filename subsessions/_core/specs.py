@@ -164,8 +164,13 @@ def create_schema(profile_names: list[str]) -> dict[str, Any]:
             },
             "budget": BUDGET_SCHEMA,
             "fork_turns": FORK_SCHEMA,
+            "output_schema": {
+                "type": ["object", "null"],
+                "description": "null, or a JSON Schema the sub-session's result must match: "
+                "it then answers by calling submit_result, and wait_session returns the value.",
+            },
         },
-        "required": ["session_type", "prompt", "budget", "fork_turns"],
+        "required": ["session_type", "prompt", "budget", "fork_turns", "output_schema"],
         "additionalProperties": False,
     }
 

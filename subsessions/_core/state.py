@@ -27,6 +27,7 @@ from subsessions._core.origin import Origin as Origin
 from subsessions._core.origin import Phase as Phase
 from subsessions._core.runtime import Runtime
 from subsessions._core.tree import SessionTree
+from subsessions._core.typed import Typed
 from subsessions.budget import Budget
 from subsessions.children import CANCEL, Stop
 from subsessions.config import SessionConfig, Tool
@@ -55,6 +56,7 @@ class Extras:
     child_context: ToolContext | None = None  # its workspace as its children get it
     notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
     forked_from: str | None = None  # the session a fork starts from
+    typed: Typed | None = None  # a typed child's schema and tries (`output_schema`)
     resume_report: str | None = None  # what resuming or forking read and skipped
 
 
@@ -86,6 +88,12 @@ class SessionParts:
         if extras is None:
             extras = self._extras = Extras()
         return extras
+
+    @property
+    def typed(self) -> Typed | None:
+        """A typed child's state: it answers through `submit_result` (None: untyped)."""
+        extras = self._extras
+        return None if extras is None else extras.typed
 
     @property
     def forked_from(self) -> str | None:
@@ -240,8 +248,10 @@ class SessionState(SessionParts):
         # what few sessions need (children, messages, notes...): made at first use
         super().__init__(Extras(inbox=list(origin.inbox) or None,
                                 forked_from=origin.forked_from,
-                                resume_report=origin.resume_report)
-                         if origin.inbox or origin.forked_from or origin.resume_report else None,
+                                resume_report=origin.resume_report,
+                                typed=Typed(origin.output_schema) if origin.output_schema else None)
+                         if origin.inbox or origin.forked_from or origin.resume_report
+                         or origin.output_schema else None,
                          parent is None)
 
     def __repr__(self) -> str:

@@ -16,11 +16,14 @@ from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from subsessions._core.conversation import Child, Conversation
 from subsessions._core.hooks import announce_end, budget_limited, prompt_hooks, stop_blocked
 from subsessions._core.tool_calls.calls import call_tool
 from subsessions._core.turn_budget import budget_cancelled, budget_ending, check, fresh
 from subsessions._core.turn_children import children_at_turn_end, deliver_notices
+from subsessions._core.typed import REMINDER, Typed
 from subsessions.children import CANCELLED, Done, Ending, Failed, on_disk
 from subsessions.errors import (
     BudgetExhausted,
@@ -70,7 +73,7 @@ IN_PROCESS = InProcess()
 
 
 async def run(host: Conversation, prompt: str, first: bool | None,
-              settles: Settles | None = None) -> str | None:
+              settles: Settles | None = None) -> Any:
     """One task of `host`, in this one coroutine frame: `_begin`, the turns (a model call,
     then the tools it asks for, until it answers without asking for one), `_end`. Exactly
     one terminal record is written however it ends. A child's task (`settles`: the child
@@ -83,7 +86,7 @@ async def run(host: Conversation, prompt: str, first: bool | None,
             first = host.claim()
         turn_id, started = _head(host, first)
         ending: list[dict[str, Any]] | None = None
-        answer: str | None = None
+        answer: Any = None  # its last message; a typed child's validated value
         cancelled = False
         since = len(host.history)
         tracer = host.runtime.tracer
@@ -96,14 +99,18 @@ async def run(host: Conversation, prompt: str, first: bool | None,
                 host.recorder.flush()  # the task's head reaches the file before the first call
                 tool_choice = host.config.tool_choice  # then auto, once a tool was called
                 blocks = 0  # its stop hook kept it going so often (a child's)
+                typed = host.typed  # a typed child answers through submit_result
                 for _ in range(host.max_turns):
-                    request = _request(host, tool_choice)
+                    request = _request(host, tool_choice, typed)
                     responding = host.tree.respond(host, host.runtime.model_client, request)
                     answer, calls = _answered(host, await (
                         responding if tracer is None else tracer.chat(host, request, responding)))
                     if not calls:  # done, unless a message came, its children are awaited,
                         if host.has_mail or await children_at_turn_end(host):  # or a hook
                             continue  # keeps a child going
+                        if typed is not None and typed.turn_ended():  # (raises the 2nd time)
+                            _tell(host, REMINDER)
+                            continue
                         if host.is_child and host.tree.config.hooks is not None and (
                                 reason := await stop_blocked(host, answer, blocks)) is not None:
                             blocks += 1
@@ -113,11 +120,17 @@ async def run(host: Conversation, prompt: str, first: bool | None,
                     tool_choice = "auto"  # (map: a closure over `host` is a cell a frame)
                     _took(host, [await call_tool(host, calls[0])] if len(calls) == 1 else
                           await asyncio.gather(*map(call_tool, repeat(host), calls)))
+                    if typed is not None and (typed.submitted or typed.spent):
+                        if not typed.submitted:
+                            raise typed.failure()
+                        answer = typed.value
+                        break
                 else:
                     raise MaxTurnsExceeded(host.max_turns)
             finally:
                 host.taking_messages = False
-            ending = records.completed(turn_id, started, answer)
+            ending = records.completed(turn_id, started, answer if host.typed is None
+                                       else orjson.dumps(answer).decode())
         except asyncio.CancelledError:
             stop = host.budget_stop
             if stop is not None and budget_cancelled():
@@ -255,7 +268,7 @@ def _last_answer(host: Conversation, since: int) -> str | None:
     return None
 
 
-def _request(host: Conversation, tool_choice: Any) -> ModelRequest:
+def _request(host: Conversation, tool_choice: Any, typed: Typed | None) -> ModelRequest:
     """The next model call: notices of children that ended unseen and messages sent
     meanwhile join the history first."""
     family = host.spawned
@@ -268,7 +281,7 @@ def _request(host: Conversation, tool_choice: Any) -> ModelRequest:
         model=host.model,
         instructions=host.instructions,
         items=tuple(host.history),
-        tools=host.kit.specs(),
+        tools=host.kit.specs() if typed is None else (*host.kit.specs(), typed.spec()),
         fallback_models=host.kit.fallback_models,
         tool_choice=tool_choice,
     )

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # a name only: children are made above
 Lookup = Callable[[str], "Child"]
 
 
-async def wait_child(lookup: Lookup, session_id: str, timeout: float | None) -> str | None:
+async def wait_child(lookup: Lookup, session_id: str, timeout: float | None) -> Any:
     """The child's last assistant message. `None` waits forever, `<= 0` does not wait; a
     timeout names the clamped wait in whole milliseconds."""
     record = lookup(session_id)
@@ -43,13 +43,13 @@ async def wait_child(lookup: Lookup, session_id: str, timeout: float | None) -> 
     return await _wait_one(record, session_id, seconds, label)
 
 
-async def wait_child_ms(lookup: Lookup, session_id: str, timeout_ms: int | None) -> str | None:
+async def wait_child_ms(lookup: Lookup, session_id: str, timeout_ms: int | None) -> Any:
     """`wait_child` in milliseconds, as the `wait_session` tool takes it."""
     return await wait_child(lookup, session_id, None if timeout_ms is None else timeout_ms / 1000)
 
 
 async def _wait_one(record: Child, session_id: str, seconds: float | None,
-                    label_ms: int) -> str | None:
+                    label_ms: int) -> Any:
     if not record.settled:
         if seconds is not None and seconds <= 0:
             raise ChildNotFinished(session_id)

@@ -13,7 +13,7 @@ import asyncio
 import os
 import shlex
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -23,9 +23,10 @@ from subsessions.batch.runner import Batch, BatchResult
 from subsessions.budget import Budget
 from subsessions.cli import batch_progress as progress
 from subsessions.config import SessionConfig
+from subsessions.engine.command_hooks import hooks_from_settings
 from subsessions.engine.from_settings import engine_from_settings
 from subsessions.errors import BatchError, ConfigError, UnknownSessionType
-from subsessions.profiles import load_profiles
+from subsessions.profiles import LoadedProfile, load_profiles
 from subsessions.settings import Settings, default_home, with_overrides
 from subsessions.tools.context import SANDBOX_MODES
 
@@ -89,7 +90,7 @@ def run_batch_command(args: argparse.Namespace, home: Path, settings: Settings, 
             max_queued=settings.max_queued,
             builtin_tools=True, env_policy=settings.env_policy, cwd=str(cwd),
             sandbox=args.sandbox, approval="never", network_access=args.network,
-            control=args.control)
+            control=args.control, hooks=hooks_from_settings(settings.command_hooks))
     except BaseException:
         batch.close()
         raise
@@ -99,7 +100,8 @@ def run_batch_command(args: argparse.Namespace, home: Path, settings: Settings, 
     err.flush()
     display = progress.choose(err, batch.counters.total, args.progress_every)
     try:
-        result, signum = asyncio.run(guard(_run(batch, home, settings, config, display)))
+        result, signum = asyncio.run(guard(_run(batch, home, settings, config, display,
+                                                      profiles)))
     except KeyboardInterrupt:
         out.write(_interrupted(batch, home))
         return 130
@@ -148,10 +150,10 @@ def _unfit(name: str, value: Any) -> bool:
 
 
 async def _run(batch: Batch, home: Path, settings: Settings, config: SessionConfig,
-               display: progress.Display) -> BatchResult:
+               display: progress.Display, profiles: Mapping[str, LoadedProfile]) -> BatchResult:
     shown: asyncio.Task[None] | None = None
-    try:
-        async with engine_from_settings(home, settings) as engine:
+    try:  # the profiles read once (a skipped agent file is one warning, not two)
+        async with engine_from_settings(home, settings, profiles) as engine:
             parent = await engine.create_session(config, source="cli")
             shown = asyncio.get_running_loop().create_task(
                 progress.follow(batch.counters, display, BAR_SECONDS))

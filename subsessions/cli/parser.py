@@ -98,7 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_command(commands, [common, model_options])
     add_batch_command(commands, [common, model_options, work_options])
 
-    profiles = commands.add_parser("profiles", help="the loaded profiles")
+    profiles = commands.add_parser(
+        "profiles", help="the loaded profiles",
+        description="The profiles a session here would see and the file each comes from: "
+        "built-ins, $SUBSESSIONS_HOME/profiles/*.toml, ~/.codex/agents/*.toml, "
+        "~/.claude/agents/*.md, then the project's .subsessions/profiles/*.toml, "
+        ".subsessions/agents/NAME/, .codex/agents/*.toml, .claude/agents/*.md and "
+        ".github/agents/*.agent.md (later wins by name; [profiles] sources in config.toml "
+        "narrows it). A peer's file that does not parse is skipped with one warning.")
     profile_commands = profiles.add_subparsers(dest="action", required=True, metavar="ACTION")
     profile_commands.add_parser("list", parents=[common], help="names, sources, descriptions")
     show_profile = profile_commands.add_parser("show", parents=[common], help="one profile")

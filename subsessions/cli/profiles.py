@@ -12,6 +12,7 @@ from subsessions.errors import SubsessionError
 
 
 def show_profiles(args: argparse.Namespace, home: Path, out: TextIO) -> int:
+    from subsessions.config import BUILTIN_TOOL_NAMES, RESERVED_TOOL_NAMES
     from subsessions.profiles import load_profiles
 
     loaded = load_profiles(home, os.getcwd())
@@ -27,6 +28,14 @@ def show_profiles(args: argparse.Namespace, home: Path, out: TextIO) -> int:
     out.write(f"model: {profile.model}\nfallback_models: {list(profile.fallback_models)}\n")
     tools = "all of the parent's" if profile.tools is None else list(profile.tools)
     out.write(f"tools: {tools}\nmax_turns: {profile.max_turns}\n")
+    known = set(BUILTIN_TOOL_NAMES) | RESERVED_TOOL_NAMES
+    host = [name for name in profile.tools or () if name not in known]
+    if host:  # a peer's tool we have no built-in for: the host must offer it
+        out.write(f"host tools (not built in): {', '.join(host)}\n")
+    for label, value in (("sandbox", profile.sandbox),
+                         ("reasoning_effort", profile.reasoning_effort)):
+        if value is not None:
+            out.write(f"{label}: {value}\n")
     out.write(f"developer_instructions:\n{profile.developer_instructions}")
     for label in ("persona", "memory"):
         text = getattr(profile, label)

@@ -27,6 +27,7 @@ def run_prompt(args: argparse.Namespace, home: Path, settings: Settings, out: Te
     if not args.prompt.strip():
         raise SubsessionError("PROMPT is empty: say what the session should do")
     from subsessions.config import SessionConfig
+    from subsessions.engine.command_hooks import hooks_from_settings
     from subsessions.engine.instructions import with_base_instructions
 
     resume = args.id if args.command == "resume" else None
@@ -37,6 +38,7 @@ def run_prompt(args: argparse.Namespace, home: Path, settings: Settings, out: Te
         cwd=os.getcwd(), sandbox=args.sandbox, approval=args.approval,
         network_access=args.network, permission_handler=ask_on_terminal,
         instructions=args.instructions, control=args.control,
+        hooks=hooks_from_settings(settings.command_hooks),
     )
     if resume is None:  # a resumed session keeps the instructions it was started with
         config = with_base_instructions(config)

@@ -17,6 +17,7 @@ from subsessions._core.conversation import Conversation
 from subsessions._core.session import Session
 from subsessions.config import SessionConfig
 from subsessions.engine import access
+from subsessions.engine.command_hooks import hooks_from_settings
 from subsessions.engine.facade import Engine
 from subsessions.engine.instructions import with_base_instructions
 from subsessions.errors import EngineClosed, UnknownSession
@@ -55,7 +56,8 @@ class ClientConnection:
                     max_depth=self._settings.max_depth,
                     max_children=self._settings.max_children,
                     max_queued=self._settings.max_queued,
-                    env_policy=self._settings.env_policy))
+                    env_policy=self._settings.env_policy,
+                    hooks=hooks_from_settings(self._settings.command_hooks)))
                 session = await self._engine.create_session(config, source="mcp")
                 self._session = session
             return self._session

@@ -122,7 +122,7 @@ class RayBackend:
             return turns.run(child, prompt, None, child)
         return turns.settled(child, child.child_task(prompt))
 
-    async def _run_remote(self, child: Child, prompt: str, first: bool) -> str | None:
+    async def _run_remote(self, child: Child, prompt: str, first: bool) -> Any:
         if child.stop is not None:  # stopped before it began
             return await turns.run(child, prompt, first)  # it ends here, as in process
         child.task_begins()  # from here a cancel reaches this task, and through it the shard

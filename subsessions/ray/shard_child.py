@@ -36,7 +36,7 @@ class ShardChild(Child):
                           token_usage=spec.token_usage, counts=spec.counts,
                           history=tuple(read_rollout(spec.rollout_path).response_items()
                                         if spec.follow_up else spec.history),
-                          inbox=tuple(spec.inbox)))
+                          inbox=tuple(spec.inbox), output_schema=spec.output_schema))
         self.follow_up = spec.follow_up  # a later task: no session start, as in process
         self.to_parent = to_parent  # its parent is the driver's session: messages go there
         if share is not None:  # counted against its tree's limits too (`remote`)

@@ -52,6 +52,7 @@ def child_spec(child: Child, prompt: str, first: bool) -> ChildSpec:
         elapsed=child.meter.elapsed(),
         follow_up=not first,
         history=tuple(child.history) if first else (),
+        output_schema=child.typed.schema if first and child.typed is not None else None,
         token_usage=child.token_usage,
         counts=(child.turns, child.tool_calls),
         spent=(child.meter.turns, child.meter.tokens),

@@ -69,6 +69,7 @@ class ChildSpec:
     elapsed: float = 0.0  # seconds since its spawn in the driver: its clock counts from there
     follow_up: bool = False  # a later task (send_message to it ended): history from its rollout
     history: tuple[dict[str, Any], ...] = ()  # a first task's: a fork's copied items
+    output_schema: dict[str, Any] | None = None  # a typed child's (its first task)
     token_usage: TokenUsage = NO_USAGE  # its tasks' so far: tokens, and (turns, tool calls);
     counts: tuple[int, int] = (0, 0)
     spent: tuple[int, int] = (0, 0)  # and its meter's (turns, tokens)
@@ -149,7 +150,7 @@ class Outcome:
     """How a remote child's task ended, once its ending is in its rollout."""
 
     state: str  # done | failed | cancelled
-    result: str | None
+    result: Any  # its last message, or a typed child's value
     error: str | None
     token_usage: TokenUsage
     turns: int

@@ -31,7 +31,8 @@ from subsessions.serve.peer import Peer
 NO_APPROVAL = "denied-no-approval-rule-and-could-not-request-from-user"
 HOOKS = {"on_pre_tool_use": "preToolUse", "on_post_tool_use": "postToolUse",
          "on_user_prompt_submitted": "userPromptSubmitted", "on_session_start": "sessionStart",
-         "on_session_end": "sessionEnd", "on_error_occurred": "errorOccurred"}
+         "on_session_end": "sessionEnd", "on_error_occurred": "errorOccurred",
+         "on_subagent_start": "subagentStart", "on_subagent_stop": "subagentStop"}
 
 
 @define(eq=False)
@@ -62,10 +63,13 @@ class HostBridge:
         async def invoke(data: dict[str, Any]) -> Any:
             if self.served is not None and self.served.closed:
                 return None  # detached or deleted: the host no longer knows the session
+            shaped = (wire.subagent_hook_input(kind, self.session_id, data)
+                      if kind in wire.SUBAGENT_HOOKS else wire.hook_input(data))
             answer = await self.peer.request("hooks.invoke", {
-                "sessionId": self.session_id, "hookType": kind, "input": wire.hook_input(data),
+                "sessionId": self.session_id, "hookType": kind, "input": shaped,
             })
-            return answer.get("output") if isinstance(answer, dict) else None
+            output = answer.get("output") if isinstance(answer, dict) else None
+            return wire.subagent_hook_output(output) if kind in wire.SUBAGENT_HOOKS else output
 
         invoke.__name__ = kind
         return invoke

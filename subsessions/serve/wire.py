@@ -104,6 +104,38 @@ def hook_input(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+SUBAGENT_HOOKS = ("subagentStart", "subagentStop")
+
+
+def subagent_hook_input(kind: str, root_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A child's start or stop as the SDK's `subagentStart` / `subagentStop` input: the
+    session is the host's (the child's parent's tree), the agent is the child."""
+    out: dict[str, Any] = {
+        "sessionId": root_id, "timestamp": int(float(data.get("timestamp", 0)) * 1000),
+        "workingDirectory": "", "agentName": data.get("agent_name") or "custom",
+        "agentId": data.get("session_id"),
+    }
+    if kind == "subagentStart":
+        out.update(transcriptPath="", parentAgentId=data.get("parent_id"))
+    else:
+        out.update(transcriptPath=data.get("transcript_path") or "",
+                   agentType=out["agentName"], stopReason="end_turn",
+                   response=data.get("last_assistant_message") or "",
+                   stopHookActive=bool(data.get("stop_hook_active")))
+    return out
+
+
+def subagent_hook_output(output: Any) -> dict[str, Any] | None:
+    """The SDK's answer in the engine's words (`additionalContext`, a block's reason)."""
+    if not isinstance(output, dict):
+        return None
+    if isinstance(output.get("additionalContext"), str):
+        return {"additional_context": output["additionalContext"]}
+    if output.get("decision") == "block":
+        return {"decision": "block", "reason": output.get("reason")}
+    return None
+
+
 # A host's answer to `permission.requested` (a decision, protocol v3) as our result kinds.
 _APPROVED = {"approve-once", "approve-for-session", "approve-read-only-for-session",
              "approve-for-location", "approve-permanently", "approved",

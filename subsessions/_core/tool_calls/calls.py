@@ -12,6 +12,7 @@ from subsessions._core.conversation import Conversation
 from subsessions._core.specs import ASK_USER_SPEC
 from subsessions._core.tool_calls import parent_message
 from subsessions._core.tool_calls import subsessions as subsession_tools
+from subsessions._core.typed import SUBMIT_RESULT, Typed
 from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBSESSION_TOOL_NAMES
 from subsessions.errors import ToolNotSupported, error_text
 from subsessions.events import emit
@@ -50,6 +51,8 @@ async def _dispatch(host: Conversation, name: str, arguments: str, call_id: str)
                               call_id=call_id)
         elif name == ASK_USER:  # the root's handler decides, whatever the allowlist
             builtin = partial(_ask_user, host)
+        elif name == SUBMIT_RESULT and host.typed is not None:  # a typed child's answer
+            builtin = partial(_submit, host.typed)
         elif name == PARENT_MESSAGE and host.depth >= 1 and kit.allows(name):
             builtin = partial(parent_message.call, host)
         else:  # denied by the allowlist, or never offered: no handler runs
@@ -64,3 +67,7 @@ async def _ask_user(host: Conversation, arguments: dict[str, Any]) -> str:
     return await host.runtime.dispatcher.ask_user(
         host, arguments["question"], arguments.get("choices")
     )
+
+
+async def _submit(typed: Typed, arguments: dict[str, Any]) -> str:
+    return typed.submit(arguments)

@@ -11,6 +11,7 @@ from subsessions._core import waits
 from subsessions._core.manager import SubsessionManager
 from subsessions._core.spawning import fork_turns_of
 from subsessions._core.specs import SCHEMAS, batch_schema, create_schema, run_schema
+from subsessions._core.typed import check_schema
 from subsessions._core.waits import Spawner
 from subsessions.budget import parse_budget
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
@@ -72,17 +73,20 @@ async def create(
     schema["properties"]["session_type"] = {"type": "string"}  # unknown names: own text
     del schema["properties"]["budget"]  # checked below, with texts of its own
     del schema["properties"]["fork_turns"]
+    del schema["properties"]["output_schema"]
     schema["required"] = ["session_type", "prompt"]
     rest = dict(arguments)
     budget = parse_budget(rest.pop("budget", None), tool)
     fork_turns = fork_turns_of(rest.pop("fork_turns", None), tool)
+    output_schema = check_schema(rest.pop("output_schema", None), tool)
     check_arguments(tool, schema, rest)
     if rest["session_type"] not in profiles:
         raise UnknownSessionType(rest["session_type"], tuple(profiles))
     if not rest["prompt"].strip():
         raise InvalidArguments(tool, "prompt must not be empty")
     return await manager.spawn_child(rest["session_type"], rest["prompt"], call_id=call_id,
-                                     budget=budget, fork_turns=fork_turns)
+                                     budget=budget, fork_turns=fork_turns,
+                                     output_schema=output_schema)
 
 
 async def run_batch(manager: SubsessionManager, arguments: dict[str, Any], call_id: str) -> str:
