@@ -17,7 +17,9 @@ from subsessions._util.urls import is_loopback, url_problem
 from subsessions.environment import EnvPolicy, env_policy_from_table
 from subsessions.errors import ConfigError, MissingApiKey
 
-WIRE_APIS = ("responses", "chat")
+WIRE_APIS = ("responses", "chat", "anthropic")
+CLAUDE_MODEL = "claude-sonnet-4-5"
+"""The model of `--wire-api anthropic` when neither config.toml nor `--model` names one."""
 
 
 @frozen
@@ -28,6 +30,9 @@ class Provider:
     wire_api: str = "responses"
     request_max_retries: int = 4
     stream_idle_timeout_ms: int = 300_000
+    prompt_cache: bool = True  # the anthropic wire's cache_control breakpoints (DESIGN 3.14)
+    stream: bool = True  # false: the anthropic wire asks for whole messages
+    thinking_budget_tokens: int = 0  # the anthropic wire's extended thinking; 0: off
 
 
 BUILTIN_PROVIDERS = {
@@ -38,6 +43,8 @@ BUILTIN_PROVIDERS = {
                      wire_api="chat"),
     "llamacpp": Provider("llamacpp", "http://localhost:8080/v1", env_key="LLAMACPP_API_KEY",
                          wire_api="chat"),
+    "anthropic": Provider("anthropic", "https://api.anthropic.com",
+                          env_key="ANTHROPIC_API_KEY", wire_api="anthropic"),
 }
 
 
@@ -78,6 +85,7 @@ class Settings:
     ray: RaySettings | None = None  # [ray]: None runs every child in this process
     command_hooks: tuple[CommandHook, ...] = ()  # [[hooks.SubagentStart]] and the like
     source: str = "defaults"  # the file these came from, for error messages
+    named: frozenset[str] = frozenset()  # the top-level keys the file set (model, ...)
 
     @property
     def provider(self) -> Provider:
@@ -87,7 +95,8 @@ class Settings:
 _TOP_KEYS = {"model": str, "model_provider": str, "model_max_output_tokens": int}
 _PROVIDER_KEYS: dict[str, type] = {
     "name": str, "base_url": str, "env_key": str, "wire_api": str,
-    "request_max_retries": int, "stream_idle_timeout_ms": int,
+    "request_max_retries": int, "stream_idle_timeout_ms": int, "prompt_cache": bool,
+    "stream": bool, "thinking_budget_tokens": int,
 }
 _AGENT_KEYS = {"max_depth": int, "max_children": int, "max_queued": int}
 _TABLES = {"model_providers", "agents", "mcp_servers", "shell_environment_policy", "ray",
@@ -98,6 +107,10 @@ _RAY_KEYS: dict[str, type] = {"address": str, "shards": int, "per_shard": int}
 
 
 def _check(source: str, key: str, value: Any, wanted: type) -> Any:
+    if wanted is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(source, key, "must be true or false")
+        return value
     if isinstance(value, bool) or not isinstance(value, wanted):
         raise ConfigError(source, key, f"must be {'an integer' if wanted is int else 'a string'}")
     if isinstance(value, int) and value < 0:
@@ -155,7 +168,9 @@ def settings_from_mapping(data: Mapping[str, Any], source: str) -> Settings:
         values["ray"] = _ray(source, data["ray"])
     if "hooks" in data:
         values["command_hooks"] = _hooks(source, data["hooks"])
-    settings = Settings(providers=providers, mcp_servers=servers, source=source, **values)
+    named = frozenset(k for k in data if k in _TOP_KEYS)
+    settings = Settings(providers=providers, mcp_servers=servers, source=source, named=named,
+                        **values)
     if settings.model_provider not in providers:
         raise ConfigError(
             source, "model_provider",
@@ -221,11 +236,16 @@ def _provider(source: str, name: str, table: Any, base: Provider | None) -> Prov
 
 
 def wire_problem(wire_api: str) -> str | None:
-    return None if wire_api in WIRE_APIS else f"{wire_api!r} is not one of: responses, chat"
+    return None if wire_api in WIRE_APIS else (
+        f"{wire_api!r} is not one of: {', '.join(WIRE_APIS)}")
 
 
 def with_overrides(settings: Settings, **flags: Any) -> Settings:
-    """Command-line flags over the file: model, base_url, wire_api, api_key_env, limits."""
+    """Command-line flags over the file: model, base_url, wire_api, api_key_env, limits.
+
+    `--wire-api anthropic` with no provider named in the file selects the built-in
+    `anthropic` provider (and, with no model named either, a Claude model)."""
+    settings = _claude_if_asked(settings, flags.get("wire_api"))
     provider = settings.provider
     changes = {k: flags[k] for k in ("base_url", "wire_api") if flags.get(k) is not None}
     if flags.get("api_key_env"):
@@ -243,6 +263,15 @@ def with_overrides(settings: Settings, **flags: Any) -> Settings:
         top["ray"] = evolve(settings.ray or RaySettings(),
                             address=None if address == "local" else address)
     return evolve(settings, providers=providers, **top)
+
+
+def _claude_if_asked(settings: Settings, wire_api: Any) -> Settings:
+    if (wire_api != "anthropic" or "model_provider" in settings.named
+            or settings.provider.wire_api == "anthropic"
+            or "anthropic" not in settings.providers):
+        return settings
+    model = settings.model if "model" in settings.named else CLAUDE_MODEL
+    return evolve(settings, model_provider="anthropic", model=model)
 
 
 def api_key(provider: Provider) -> str:

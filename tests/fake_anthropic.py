@@ -1,11 +1,14 @@
-"""A scriptable loopback fake of Anthropic's Messages API, for driving Claude Code in tests.
+"""A scriptable loopback fake of Anthropic's Messages API: for Claude Code as an MCP host, and
+for the engine's own `anthropic` wire (driven through the real `anthropic` SDK).
 
 A real aiohttp server on 127.0.0.1. Each `POST /v1/messages` is recorded and handed to
-``FakeAnthropic.script``, which returns a `Turn` (text and tool calls); the answer is streamed
-as the API streams it (`message_start`, `content_block_start` / `_delta` / `_stop` per block,
+``FakeAnthropic.script``, which returns a `Turn` (thinking, text and tool calls), a `Failure`
+(an HTTP error with the API's error body) or `Frames` (bytes sent as they are). A turn is
+streamed as the API streams it (`message_start`, `ping`, `content_block_start` / `_delta` /
+`_stop` per block, with `text_delta`, `input_json_delta`, `thinking_delta`, `signature_delta`,
 `message_delta` with the stop reason and usage, `message_stop`) when the body says
-``"stream": true``, else sent as one message. `count_tokens` is answered with a rough count;
-any other path answers 404, as the API does.
+``"stream": true``, else sent as one message; a turn's `fault` misbehaves after `after`
+events. `count_tokens` is answered with a rough count; any other path answers 404.
 
     async with FakeAnthropic(lambda request: Turn(text="hi")) as fake:
         env["ANTHROPIC_BASE_URL"] = fake.base_url
@@ -13,26 +16,29 @@ any other path answers 404, as the API does.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import itertools
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
 Json = dict[str, Any]
 _ids = itertools.count(1)
+Fault = Literal["drop", "stall", "bad_json", "overloaded"]
 
 
 @dataclass(frozen=True)
 class Recorded:
-    """One request as the server saw it."""
+    """One request as the server saw it (header names lower-cased)."""
 
     path: str
     body: Json
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def tool_names(self) -> list[str]:
@@ -48,15 +54,74 @@ class Recorded:
 
 @dataclass(frozen=True)
 class Turn:
-    """What the model answers: some text, then tool calls (`name`, `input`)."""
+    """What the model answers: thinking blocks, some text, then tool calls (`name`, `input`).
+
+    `thinking` holds blocks as the API sends them (`{"type": "thinking", "thinking",
+    "signature"}` or `{"type": "redacted_thinking", "data"}`). Counts may be any JSON, for a
+    client to cope with. `pieces`: deltas per text, thinking and tool input."""
 
     text: str | None = None
     calls: tuple[tuple[str, Json], ...] = ()
-    input_tokens: int = 10
-    output_tokens: int = 5
+    input_tokens: Any = 10
+    output_tokens: Any = 5
+    cache_read: Any = None
+    cache_write: Any = None
+    thinking: tuple[Json, ...] = ()
+    stop_reason: str | None = None  # default: tool_use with calls, else end_turn
+    pieces: int = 1
+    fault: Fault | None = None
+    after: int = 0  # events sent before the fault
 
 
-Script = Callable[[Recorded], Turn | Awaitable[Turn]]
+@dataclass(frozen=True)
+class Failure:
+    """An HTTP error with the API's body (`{"type": "error", "error": {type, message}}`),
+    or `body` as it is."""
+
+    status: int
+    error_type: str = "invalid_request_error"
+    message: str = "bad request"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Frames:
+    """A 200 stream of exactly these bytes; `stall`: then the body never ends."""
+
+    frames: tuple[bytes, ...]
+    stall: bool = False
+
+
+Answer = Turn | Failure | Frames
+Script = Callable[[Recorded], Answer | Awaitable[Answer]]
+
+
+def replies(*answers: Answer) -> Script:
+    """A script answering successive requests with `answers` in order."""
+    pending = list(answers)
+
+    def script(request: Recorded) -> Answer:
+        if not pending:
+            raise AssertionError("fake_anthropic: script exhausted")
+        return pending.pop(0)
+
+    return script
+
+
+def overloaded(retry_after: float | None = 0.01) -> Failure:
+    headers = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
+    return Failure(529, "overloaded_error", "Overloaded", headers)
+
+
+def rate_limited(retry_after: float = 0.01) -> Failure:
+    return Failure(429, "rate_limit_error", "Number of request tokens has exceeded your "
+                   "per-minute rate limit", {"retry-after": f"{retry_after:g}"})
+
+
+def sse(event: str, data: Json | str) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data)
+    return f"event: {event}\ndata: {text}\n\n".encode()
 
 
 @dataclass
@@ -65,8 +130,11 @@ class FakeAnthropic:
     requests: list[Recorded] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
     script_errors: list[BaseException] = field(default_factory=list)
+    disconnects: int = 0  # answers the client left before their end
     _runner: web.AppRunner | None = None
     _port: int = 0
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def base_url(self) -> str:
@@ -79,12 +147,23 @@ class FakeAnthropic:
         """The requests that asked for a turn with tools (not side requests)."""
         return [r for r in self.requests if r.body.get("tools")]
 
+    def reply_with(self, *answers: Answer) -> None:
+        self.script = replies(*answers)
+
+    async def wait_for_disconnects(self, count: int = 1, timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout):
+            while self.disconnects < count:
+                self._changed.clear()
+                await self._changed.wait()
+
     async def __aenter__(self) -> FakeAnthropic:
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        # handler_cancellation: a client that goes away cancels the handler of its stream
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
+                               handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -93,6 +172,7 @@ class FakeAnthropic:
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stopping.set()
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
@@ -108,68 +188,127 @@ class FakeAnthropic:
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        recorded = Recorded(request.path, body if isinstance(body, dict) else {})
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        recorded = Recorded(request.path, body if isinstance(body, dict) else {}, headers)
         self.requests.append(recorded)
         try:
             result = self.script(recorded)
-            turn = await result if inspect.isawaitable(result) else result
+            answer = await result if inspect.isawaitable(result) else result
         except Exception as exc:
             self.script_errors.append(exc)
             return web.json_response({"type": "error", "error": {
                 "type": "api_error", "message": f"fake_anthropic script failed: {exc!r}"}},
                 status=500, headers={"x-should-retry": "false"})
-        message = _message(recorded, turn)
+        if isinstance(answer, Failure):
+            if answer.body is not None:
+                return web.Response(body=answer.body, status=answer.status,
+                                    headers=answer.headers, content_type="application/json")
+            return web.json_response({"type": "error", "error": {
+                "type": answer.error_type, "message": answer.message}},
+                status=answer.status, headers=answer.headers)
+        if isinstance(answer, Frames):
+            return await self._stream(request, list(answer.frames), "stall" if answer.stall
+                                      else None, len(answer.frames))
+        message = _message(recorded, answer)
         if not recorded.body.get("stream"):
+            if answer.fault == "bad_json":
+                return web.Response(body=b'{"id": "msg_broken", "content": [',
+                                    content_type="application/json")
             return web.json_response(message)
+        return await self._stream(request, _events(message, answer.pieces), answer.fault,
+                                  answer.after)
+
+    async def _stream(self, request: web.Request, frames: list[bytes], fault: Fault | None,
+                      after: int) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        for event, data in _events(message):
-            await response.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
-        await response.write_eof()
+        try:
+            await response.prepare(request)
+            for index, frame in enumerate(frames):
+                if fault is not None and index == after:
+                    if fault == "drop":
+                        if request.transport is not None:
+                            request.transport.close()  # the body never ends
+                        return response
+                    if fault == "stall":
+                        await self._stopping.wait()
+                        return response
+                    if fault == "overloaded":
+                        await response.write(sse("error", {"type": "error", "error": {
+                            "type": "overloaded_error", "message": "Overloaded"}}))
+                        await response.write_eof()
+                        return response
+                    await response.write(sse("content_block_delta", '{"type": "content_'))
+                await response.write(frame)
+            if fault == "stall":
+                await self._stopping.wait()
+                return response
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            if not self._stopping.is_set():
+                self.disconnects += 1
+                self._changed.set()
+            raise
         return response
 
 
 def _message(request: Recorded, turn: Turn) -> Json:
-    content: list[Json] = []
+    content: list[Json] = list(turn.thinking)
     if turn.text is not None:
         content.append({"type": "text", "text": turn.text})
     for name, arguments in turn.calls:
         content.append({"type": "tool_use", "id": f"toolu_{next(_ids):06d}", "name": name,
                         "input": arguments})
+    usage: Json = {"input_tokens": turn.input_tokens, "output_tokens": turn.output_tokens}
+    if turn.cache_read is not None:
+        usage["cache_read_input_tokens"] = turn.cache_read
+    if turn.cache_write is not None:
+        usage["cache_creation_input_tokens"] = turn.cache_write
     return {
         "id": f"msg_{next(_ids):06d}", "type": "message", "role": "assistant",
         "model": request.body.get("model", "claude-fake"), "content": content,
-        "stop_reason": "tool_use" if turn.calls else "end_turn", "stop_sequence": None,
-        "usage": {"input_tokens": turn.input_tokens, "output_tokens": turn.output_tokens},
+        "stop_reason": turn.stop_reason or ("tool_use" if turn.calls else "end_turn"),
+        "stop_sequence": None, "usage": usage,
     }
 
 
-def _events(message: Json) -> list[tuple[str, Json]]:
-    """The SSE events of a streamed message: each block opened, filled by deltas, closed."""
+def _split(text: str, pieces: int) -> list[str]:
+    size = max(1, -(-len(text) // max(1, pieces)))
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _events(message: Json, pieces: int) -> list[bytes]:
+    """The SSE frames of a streamed message: each block opened, filled by deltas, closed."""
     start = {**message, "content": [], "stop_reason": None,
              "usage": {**message["usage"], "output_tokens": 1}}
-    events: list[tuple[str, Json]] = [("message_start", {"type": "message_start",
-                                                         "message": start})]
+    frames = [sse("message_start", {"type": "message_start", "message": start}),
+              sse("ping", {"type": "ping"})]
     for index, block in enumerate(message["content"]):
-        if block["type"] == "text":
-            opened = {"type": "text", "text": ""}
-            delta = {"type": "text_delta", "text": block["text"]}
+        kind = block["type"]
+        if kind == "text":
+            opened: Json = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": t} for t in _split(block["text"], pieces)]
+        elif kind == "thinking":
+            opened = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": t}
+                      for t in _split(block["thinking"], pieces)]
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        elif kind == "redacted_thinking":
+            opened, deltas = block, []
         else:
             opened = {**block, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-        events += [
-            ("content_block_start", {"type": "content_block_start", "index": index,
-                                     "content_block": opened}),
-            ("content_block_delta", {"type": "content_block_delta", "index": index,
-                                     "delta": delta}),
-            ("content_block_stop", {"type": "content_block_stop", "index": index}),
-        ]
-    events += [
-        ("message_delta", {"type": "message_delta",
-                           "delta": {"stop_reason": message["stop_reason"],
-                                     "stop_sequence": None},
-                           "usage": {"output_tokens": message["usage"]["output_tokens"]}}),
-        ("message_stop", {"type": "message_stop"}),
+            deltas = [{"type": "input_json_delta", "partial_json": t}
+                      for t in _split(json.dumps(block["input"]), pieces)]
+        frames.append(sse("content_block_start", {"type": "content_block_start",
+                                                  "index": index, "content_block": opened}))
+        frames += [sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                               "delta": delta}) for delta in deltas]
+        frames.append(sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+    frames += [
+        sse("message_delta", {"type": "message_delta",
+                              "delta": {"stop_reason": message["stop_reason"],
+                                        "stop_sequence": None},
+                              "usage": {"output_tokens": message["usage"]["output_tokens"]}}),
+        sse("message_stop", {"type": "message_stop"}),
     ]
-    return events
+    return frames

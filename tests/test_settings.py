@@ -393,8 +393,10 @@ async def test_build_model_client_follows_the_provider(
     monkeypatch.setenv("LOCAL_KEY", "sk-local")
     write_config(home, CUSTOM.replace('wire_api = "chat"', f'wire_api = "{wire_api}"'))
 
-    client = build_model_client(load_settings(home))
+    routes = build_model_client(load_settings(home))
+    client = routes.default  # the configured provider's; others are built when named
     try:
+        assert routes.provider == "local"
         assert isinstance(client, kind)
         assert str(client.client.base_url).rstrip("/") == "http://127.0.0.1:9/v1"
         assert client.client.api_key == "sk-local"
@@ -403,7 +405,7 @@ async def test_build_model_client_follows_the_provider(
         assert client.stream_idle_timeout == pytest.approx(1.5)
         assert client.provider == "local"
     finally:
-        await client.aclose()
+        await routes.aclose()
 
 
 @pytest.mark.parametrize("wire_api", ["chat", "responses"])

@@ -35,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_options.add_argument("--model", help="model id (config: model)")
     model_options.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. "
                                "http://127.0.0.1:11434/v1")
-    model_options.add_argument("--wire-api", choices=("responses", "chat"),
-                               help="Responses API or Chat Completions")
+    model_options.add_argument("--wire-api", choices=("responses", "chat", "anthropic"),
+                               help="Responses API, Chat Completions or Anthropic's Messages")
     model_options.add_argument("--api-key-env", metavar="NAME",
                                help="variable holding the API key (default OPENAI_API_KEY; "
                                "not needed for a loopback URL)")

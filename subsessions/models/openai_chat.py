@@ -82,7 +82,7 @@ class _Call:
         self.arguments: list[str] = []
 
 
-class OpenAIChatModel(OpenAIModel):
+class OpenAIChatModel(OpenAIModel[openai.AsyncOpenAI]):
     """Streams Chat Completions through one shared `AsyncOpenAI` client."""
 
     wire_api = "chat"

@@ -10,9 +10,8 @@ import asyncio
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-import openai
 import orjson
 
 from subsessions.errors import InvalidHistory, ModelError, ModelUnavailable
@@ -22,6 +21,20 @@ from subsessions.models.openai_errors import Endpoint, Retryable, classify
 
 log = logging.getLogger("subsessions")
 T = TypeVar("T")
+Classifier = Callable[[BaseException, Endpoint], BaseException]
+"""What a failed attempt means on one wire: Retryable, ModelUnavailable, ModelError, itself."""
+
+
+class SdkClient(Protocol):
+    """What the shared base needs of an SDK client (`AsyncOpenAI`, `AsyncAnthropic`)."""
+
+    @property
+    def base_url(self) -> Any: ...
+
+    async def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=SdkClient)
 MAX_COUNT = 2**40
 """The most tokens a server's count may say: about 10^12, past any context window by far, and
 low enough that a session's sums stay within the 64-bit integers a rollout holds (orjson's
@@ -95,7 +108,7 @@ async def opened_within(opening: Awaitable[T], idle_timeout: float) -> T:
         ) from None
 
 
-_SENT = ("instructions", "messages", "input", "tools")
+_SENT = ("instructions", "system", "messages", "input", "tools")
 
 
 def estimated_usage(arguments: dict[str, Any], output: tuple[Item, ...]) -> TokenUsage:
@@ -144,13 +157,14 @@ class RetryPolicy:
         backoff: float = self.base_delay * (2.0**attempt)
         return min(self.max_delay, backoff) * random.uniform(0.5, 1.0)
 
-    async def run(self, attempt_once: Callable[[], Awaitable[T]], endpoint: Endpoint) -> T:
+    async def run(self, attempt_once: Callable[[], Awaitable[T]], endpoint: Endpoint,
+                  classifier: Classifier = classify) -> T:
         attempt = 0
         while True:
             try:
                 return await attempt_once()
             except Exception as raw:
-                exc = classify(raw, endpoint)
+                exc = classifier(raw, endpoint)
                 if not isinstance(exc, Retryable):
                     if exc is raw:  # our own error, or a local bug: as it is
                         raise
@@ -179,8 +193,8 @@ async def respond_with_fallback(
     raise ModelError("no model available: " + "; ".join(unavailable))
 
 
-class OpenAIModel:
-    """What both wire clients share: one `AsyncOpenAI`, the retry policy, the fallbacks.
+class OpenAIModel(Generic[C]):
+    """What the wire clients share: one SDK client, the retry policy, the fallbacks.
 
     A subclass turns a request into the call's arguments in `_arguments` (once per
     model: a history it cannot send fails before any request) and streams one attempt
@@ -191,7 +205,7 @@ class OpenAIModel:
 
     def __init__(
         self,
-        client: openai.AsyncOpenAI,
+        client: C,
         *,
         provider: str = "openai",
         retry: RetryPolicy | None = None,
@@ -213,15 +227,16 @@ class OpenAIModel:
         await self.client.close()
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
-        return await respond_with_fallback(request, self._respond_as)
+        return await respond_with_fallback(request, self.respond_as)
 
-    async def _respond_as(self, request: ModelRequest, model: str) -> ModelResponse:
+    async def respond_as(self, request: ModelRequest, model: str) -> ModelResponse:
+        """One model of the request's candidates (`ModelUnavailable` if not served)."""
         arguments = self._arguments(request, model)
 
         async def attempt() -> Answer:
             return await self._stream_once(arguments)
 
-        output, counts = await self.retry.run(attempt, self.endpoint)
+        output, counts = await self.retry.run(attempt, self.endpoint, self._classify)
         usage = None if counts is None else self._usage(request.session_id, counts)
         return ModelResponse(output=valid_unicode(output),
                              usage=usage or estimated_usage(arguments, output), model=model)
@@ -241,6 +256,10 @@ class OpenAIModel:
     @property
     def usage_grace(self) -> float:
         return min(USAGE_GRACE, self.stream_idle_timeout)
+
+    def _classify(self, exc: BaseException, endpoint: Endpoint) -> BaseException:
+        """What a failed attempt means on this wire (the OpenAI SDK's errors here)."""
+        return classify(exc, endpoint)
 
     def _arguments(self, request: ModelRequest, model: str) -> dict[str, Any]:
         raise NotImplementedError

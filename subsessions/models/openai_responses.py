@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
+
 from subsessions.errors import MalformedStream, ModelError
 from subsessions.items import Item, assistant_message, function_call
 from subsessions.models.base import TOOL_CHOICE_WORDS, ModelRequest
@@ -66,7 +68,7 @@ def from_responses_output(raw: dict[str, Any]) -> Item | None:
     return None
 
 
-class OpenAIResponsesModel(OpenAIModel):
+class OpenAIResponsesModel(OpenAIModel[openai.AsyncOpenAI]):
     """Streams `POST /responses` through one shared `AsyncOpenAI` client."""
 
     wire_api = "responses"
