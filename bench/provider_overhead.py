@@ -115,21 +115,17 @@ def bare_anthropic(sdk: anthropic.AsyncAnthropic) -> Runner:
 
 
 def engine_anthropic(sdk: anthropic.AsyncAnthropic) -> Runner:
-    client = AnthropicModel(sdk, provider="fake", retry=RetryPolicy(), stream_idle_timeout=300.0)
-    request = ModelRequest(
-        session_id="bench", model="m", instructions=INSTRUCTIONS, items=(USER_ITEM,)
-    )
-
-    async def respond() -> str:
-        response = await client.respond(request)
-        return str(response.output[-1]["content"][0]["text"])
-
-    return respond
+    return _responder(AnthropicModel(sdk, provider="fake", retry=RetryPolicy(),
+                                     stream_idle_timeout=300.0))
 
 
 def engine_runner(sdk: openai.AsyncOpenAI, api: str) -> Runner:
     kind = OpenAIChatModel if api == "chat" else OpenAIResponsesModel
-    client = kind(sdk, provider="fake", retry=RetryPolicy(), stream_idle_timeout=300.0)
+    return _responder(kind(sdk, provider="fake", retry=RetryPolicy(), stream_idle_timeout=300.0))
+
+
+def _responder(client: Any) -> Runner:
+    """One model call of the engine's client, as a session's turn makes it."""
     request = ModelRequest(
         session_id="bench", model="m", instructions=INSTRUCTIONS, items=(USER_ITEM,)
     )
