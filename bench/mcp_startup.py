@@ -13,7 +13,7 @@ response line is read from its stdout:
 
 `initialize` is written before the server could read it, as real hosts do. Rounds alternate
 A B, B A after one warm-up of each (the OS page cache); each round then sends `tools/list`
-and checks the answer (the subject lists all 8 of its tools: it builds its engine meanwhile)
+and checks the answer (the subject lists all 8 of its tools, then builds its engine)
 before closing stdin; the median time to that answer is printed too. Figures are seconds:
 min / median / max over rounds, then the ratio of the medians (the target: at most 1.15x)
 and of the minima.
@@ -156,7 +156,7 @@ def main(rounds: int) -> None:
     print(row("subsessions mcp", subject))
     print("tools/list sent right after initialize, answered after (s, median): minimal "
           f"{statistics.median(lists['minimal']):.3f}, subsessions mcp "
-          f"{statistics.median(lists['subsessions']):.3f} (the engine is built meanwhile)")
+          f"{statistics.median(lists['subsessions']):.3f} (the engine is built after it)")
     ratio = statistics.median(subject) / statistics.median(base)
     print(f"ratio (median subsessions mcp / median minimal): {ratio:.2f}x  (rounds={rounds})")
     print(f"ratio of the minima (least disturbed by other load): {min(subject) / min(base):.2f}x")

@@ -22,13 +22,15 @@ pytest.importorskip("mcp", reason="pip install 'subsessions[mcp]'")
 
 import orjson
 from fake_openai import FakeOpenAI, fake_openai
+from mcp import Client
+from mcp.shared.exceptions import MCPError
 from mcp_support import Children, connect, ok, result_text, server_args, server_params
 from openai_support import cli_env
 
 from subsessions import Engine, ScriptedModel
 from subsessions.mcp.app import SubsessionsMcp
 from subsessions.mcp.catalog import TOOL_NAMES, Catalog
-from subsessions.mcp.front import FORWARDED, Deferred, front_server
+from subsessions.mcp.front import BUILD_GRACE, FORWARDED, Deferred, front_server
 from subsessions.settings import Settings
 
 __all__ = ["fake_openai"]
@@ -59,6 +61,48 @@ async def test_the_front_answers_the_handshake_exactly_as_the_app_would(home: Pa
                 assert ours.params_type is theirs.params_type, method
         assert app.stdio_client is not None
         await app.stdio_client.close()
+
+
+async def _building(home: Path) -> tuple[Deferred[Any], asyncio.Event]:
+    """A front whose build says when it starts, then never ends (stopped at the test's end)."""
+    started = asyncio.Event()
+
+    async def build() -> SubsessionsMcp:
+        started.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    return Deferred(build), started
+
+
+async def test_the_engine_is_built_once_the_tool_list_is_answered_not_beside_it(
+    home: Path
+) -> None:
+    """Its imports would hold the GIL while `tools/list` is answered: on a loaded machine
+    that answer then missed the Codex CLI's one-second grace."""
+    deferred, started = await _building(home)
+    try:
+        async with Client(front_server(deferred, Catalog(home).tools), mode="legacy") as client:
+            with pytest.raises(MCPError, match="not found"):  # a round trip after the
+                await client.list_prompts()  # `notifications/initialized` (prompts: none)
+            assert not started.is_set()
+            assert [tool.name for tool in (await client.list_tools()).tools] == list(TOOL_NAMES)
+            async with asyncio.timeout(10):
+                await started.wait()
+    finally:
+        await deferred.stop()
+
+
+async def test_a_host_that_lists_no_tools_gets_the_engine_built_all_the_same(
+    home: Path
+) -> None:
+    deferred, started = await _building(home)
+    try:
+        async with Client(front_server(deferred, Catalog(home).tools), mode="legacy"):
+            async with asyncio.timeout(10 + BUILD_GRACE):
+                await started.wait()
+    finally:
+        await deferred.stop()
 
 
 def test_starting_the_mcp_command_imports_neither_engine_nor_model_client() -> None:

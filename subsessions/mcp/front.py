@@ -5,11 +5,12 @@ first model request once its servers have answered or its wait ran out: a server
 imports its model client and builds its engine answers late, and that first turn has none of
 its tools. So the process answers from a front `Server` built on the SDK alone: the name,
 version, instructions and capabilities of `SubsessionsMcp`'s own (a test holds them equal),
-every other method forwarded to the app. The app (the model client, the engine, Ray) is built
-once the host has its answer (`notifications/initialized`), or by the first request that
-needs it, which waits for it. `tools/list` does not: it is answered from the profiles
+every other method forwarded to the app. `tools/list` is answered from the profiles
 (`subsessions.mcp.catalog`, which the engine is then built on), so a host's first turn has
-every tool however long the engine takes.
+every tool however long the engine takes. The app (the model client, the engine, Ray) is
+built once that answer is out: building it beside the answer (its imports hold the GIL) made
+the answer miss Codex's one-second grace on a loaded machine. A host that lists no tools
+gets it `BUILD_GRACE` after its handshake, or with its first request that needs it.
 
 This module imports the MCP SDK and nothing else of the package but its version: importing
 the engine here would be paying for it before the handshake again.
@@ -31,6 +32,7 @@ from subsessions._version import __version__
 
 Context = ServerRequestContext[Any, Any]
 NAME = "subsessions"
+BUILD_GRACE = 1.0  # seconds after `notifications/initialized`, for a host that lists no tools
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 INSTRUCTIONS = (
     "Delegate work to sub-sessions: create_session starts one from a profile and returns its "
@@ -98,11 +100,18 @@ class Deferred(Generic[App]):
     def __init__(self, build: Callable[[], Awaitable[App]]) -> None:
         self._build = build
         self._task: asyncio.Task[App] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self.app: App | None = None  # once built
         # What kept it from being built, for whoever serves.
         self.failed: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
 
+    def start_later(self, delay: float) -> None:
+        if self._task is None and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(delay, self.start)
+
     def start(self) -> asyncio.Task[App]:
+        if self._timer is not None:
+            self._timer.cancel()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
                 self._made(), name="subsessions-mcp-build")
@@ -128,6 +137,8 @@ class Deferred(Generic[App]):
 
     async def stop(self) -> None:
         """A build still under way is cancelled and waited for (its `finally` clauses run)."""
+        if self._timer is not None:
+            self._timer.cancel()
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.wait((self._task,))
@@ -149,14 +160,17 @@ def front_server(
         if deferred.failed.done():  # told as every other request is
             raise _not_started(deferred.failed.result())
         try:
-            return tools()
+            listed = tools()
         except Exception as exc:  # the home or a profile: what the engine would refuse
             raise _not_started(exc) from None
+        # Started on the next turn of the loop: the answer is on its way to the host first.
+        asyncio.get_running_loop().call_soon(deferred.start)
+        return listed
 
     server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
 
     async def initialized(ctx: Context, params: types.NotificationParams) -> None:
-        deferred.start()  # the host has its answer: now the engine
+        deferred.start_later(BUILD_GRACE)  # unless `tools/list` comes first
 
     server.add_notification_handler("notifications/initialized", types.NotificationParams,
                                     initialized)
