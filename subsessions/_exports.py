@@ -55,6 +55,7 @@ from subsessions.errors import (
     UnknownSessionType,
     UnsafeHome,
     WorkerLost,
+    WorktreeUnavailable,
 )
 from subsessions.events import EventStream, SessionEvent
 from subsessions.models import ModelClient, ModelRequest, ModelResponse, ScriptedModel, TokenUsage
@@ -149,6 +150,7 @@ __all__ = [
     "Usage",
     "WaitResult",
     "WorkerLost",
+    "WorktreeUnavailable",
     "WriteNotAllowed",
     "__version__",
     "load_profiles",

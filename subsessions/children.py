@@ -124,6 +124,8 @@ class ChildInfo:
     answering_model: str  # `model`, or the fallback that answered for it
     last_message: str | None = None  # its last assistant message so far
     budget: Budget | None = None  # its limits, as clamped at spawn (None: none of its own)
+    # a worktree child's `{"path", "branch"}` while its worktree exists (DESIGN 3.13)
+    worktree: dict[str, str] | None = None
 
     @property
     def duration_ms(self) -> int | None:
@@ -145,18 +147,23 @@ class ChildInfo:
             "usage": self.usage.as_dict(),
             "seconds": round(max(0.0, end - self.started_at), 3),
             "last_message": None if last is None else last[:LAST_MESSAGE_CHARS],
+            **({} if self.worktree is None else {"worktree": self.worktree}),
         }
 
     def outcome(self) -> dict[str, Any]:
-        """The `{"status", "result"|"error"}` shape the wait tools report."""
+        """The `{"status", "result"|"error"}` shape the wait tools report (and the
+        `worktree` a worktree child left)."""
         status = self.status
+        told: dict[str, Any] = {"status": status.word}
         if status is ChildStatus.DONE:
-            return {"status": status.word, "result": self.result}
-        if status is ChildStatus.FAILED:
-            return {"status": status.word, "error": self.error}
-        if status is ChildStatus.CANCELLED:
-            return {"status": status.word, "error": "cancelled"}
-        return {"status": status.word}
+            told["result"] = self.result
+        elif status is ChildStatus.FAILED:
+            told["error"] = self.error
+        elif status is ChildStatus.CANCELLED:
+            told["error"] = "cancelled"
+        if self.worktree is not None:
+            told["worktree"] = self.worktree
+        return told
 
 
 @frozen

@@ -212,6 +212,14 @@ class SpawnDenied(SubsessionError):
         super().__init__(f"spawn denied: {reason}")
 
 
+class WorktreeUnavailable(SubsessionError):
+    """A worktree child (DESIGN 3.13) cannot be made: no git repository at the parent's
+    cwd, no commit to start from, or git failed.
+
+    Message: `isolation "worktree" needs a git repository at {cwd}`, or what git said.
+    """
+
+
 class InvalidArguments(SubsessionError, ValueError):
     """Malformed tool arguments or API input. Also a `ValueError`.
 

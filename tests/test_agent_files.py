@@ -479,3 +479,20 @@ async def test_a_batch_runs_a_claude_agent_and_warns_once_of_a_broken_file(
     assert len(warned) == 1 and "broken.md" in warned[0]
     [request] = [r for r in seen if r.body.get("instructions") == INSTRUCTIONS]
     assert request.body["model"] == "m-sonnet"
+
+
+def test_isolation_comes_from_a_claude_file_and_our_toml_and_a_bad_one_is_refused(
+    home: Path, project: Path, user: Path
+) -> None:
+    from subsessions.errors import ProfileError
+
+    write(project / ".claude" / "agents" / "apart.md",
+          "---\nname: apart\ndescription: works apart\nisolation: worktree\n---\nWork apart.\n")
+    write(project / ".subsessions" / "profiles" / "ours.toml",
+          'name = "ours"\nisolation = "worktree"\n')
+    loaded = load(home, project)
+    assert loaded["apart"].profile.isolation == loaded["ours"].profile.isolation == "worktree"
+    write(project / ".subsessions" / "profiles" / "bad.toml",
+          'name = "bad"\nisolation = "elsewhere"\n')
+    with pytest.raises(ProfileError, match="isolation must be 'worktree' or None"):
+        load(home, project)

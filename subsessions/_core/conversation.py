@@ -20,6 +20,7 @@ from subsessions.budget import Budget
 from subsessions.children import (
     PENDING,
     STATUS_OF,
+    Cancelled,
     ChildInfo,
     ChildState,
     ChildStatus,
@@ -33,13 +34,15 @@ from subsessions.errors import (
     ChildCancelled,
     ChildFailed,
     ChildNotFinished,
+    EngineClosed,
     SessionBusy,
 )
 from subsessions.events import EventHandler, EventStream
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.rollouts.reader import read_rollout
-from subsessions.tools import ToolContext
+from subsessions.tools import ToolContext, worktrees
+from subsessions.tools.worktrees import Worktree
 from subsessions.usage import Usage
 
 Settle = Callable[["Child", Ending], None]  # how a parent settles a child whose ending is on disk
@@ -217,7 +220,7 @@ class Child(Conversation):
     """
 
     __slots__ = ("_finished", "ended_at", "on_ended", "outcome", "waited", "waiters",
-                 "withdraw")
+                 "withdraw", "worktree", "worktree_removed")
 
     def __init__(self, parent: Conversation, kit: Kit, session_id: str, call_id: str | None,
                  budget: Budget | None = None, on_ended: Settle = settle_itself,
@@ -231,6 +234,8 @@ class Child(Conversation):
         self.waiters = 0
         self.waited = False
         self._finished: asyncio.Future[None] | None = None
+        self.worktree = origin.worktree  # a worktree child's (`tools.worktrees`)
+        self.worktree_removed = False  # unchanged at its end: made again for a follow-up
         super().__init__(parent.runtime, kit.config, parent=parent, kit=kit, call_id=call_id,
                          source=source, budget=budget, session_id=session_id, origin=origin)
 
@@ -315,8 +320,24 @@ class Child(Conversation):
         self.waited = False
 
     def written(self, outcome: Ending) -> None:
-        """Its task has written its ending: its parent settles it (`on_ended`)."""
-        self.on_ended(self, outcome)
+        """Its task has written its ending: its parent settles it (`on_ended`), a worktree
+        child once its worktree is settled (removed if unchanged; a cancelled one's stays)."""
+        if self.worktree is None or isinstance(outcome, Cancelled):
+            self.on_ended(self, outcome)
+            return
+        try:
+            self.runtime.spawn_task(self._leave_worktree(self.worktree, outcome),
+                                    f"worktree-{self.session_id}", while_closing=True)
+        except EngineClosed:
+            self.on_ended(self, outcome)
+
+    async def _leave_worktree(self, worktree: Worktree, outcome: Ending) -> None:
+        try:
+            self.worktree_removed = not await worktrees.settle(worktree)
+        except OSError:  # git missing or hung: kept, as `info()` tells
+            pass
+        finally:
+            self.on_ended(self, outcome)
 
     def settle(self, outcome: Ending) -> None:
         """Its one ending; a second raises (exactly one ending per child)."""
@@ -385,7 +406,13 @@ class Child(Conversation):
             answering_model=self.answered_by or self.model,
             last_message=self.last_message,
             budget=self.budget,
+            worktree=None if (tree := self.left_worktree) is None else tree.as_dict(),
         )
+
+    @property
+    def left_worktree(self) -> Worktree | None:
+        """Its worktree while it exists (DESIGN 3.13)."""
+        return None if self.worktree_removed else self.worktree
 
     # -- its tasks -------------------------------------------------------------------------
     def prepare_follow_up(self) -> None:

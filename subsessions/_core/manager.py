@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from subsessions._core import waits
 from subsessions._core.kit import Kit
 from subsessions._core.origin import NEW, Origin
-from subsessions._core.spawning import Kits, consent, fork_turns_of, forked_items
+from subsessions._core.spawning import Kits, consent, fork_turns_of, forked_items, isolation_of
 from subsessions._core.tree import Reservation
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
@@ -49,6 +49,7 @@ from subsessions.errors import (
 from subsessions.ids import new_session_id
 from subsessions.profiles import Profile
 from subsessions.rollouts import records
+from subsessions.tools import worktrees
 from subsessions.tools.schema import check_output_schema as check_schema
 
 if TYPE_CHECKING:  # names only: sessions and children are made above
@@ -159,15 +160,22 @@ class SubsessionManager(ChildBook):
         budget: Budget | None = None,
         fork_turns: int | str | None = None,
         output_schema: dict[str, Any] | None = None,
+        isolation: str | None = None,
     ) -> str:
         """Queue a child and return its id at once; it runs in an engine-owned task. Its
         `budget` (with its profile's) is clamped to what this session and the tree have left.
         `fork_turns` ("all", or N >= 1: the last N turns) starts it from a copy of this
         session's conversation (DESIGN 3.13); None (or "none") from its prompt alone.
         `output_schema` (a JSON Schema) makes it a typed child: it answers by calling
-        `submit_result` with a value that validates, which `wait_child` returns."""
+        `submit_result` with a value that validates, which `wait_child` returns.
+        `isolation="worktree"` (or the profile's) runs it in a git worktree of its own
+        (`WorktreeUnavailable` outside a git repository)."""
         fork_turns = fork_turns_of(fork_turns, "spawn_child")
         output_schema = check_schema(output_schema, "spawn_child")
+        isolation = isolation_of(isolation, "spawn_child")
+        if isolation is not None and isinstance(profile, SessionConfig):
+            raise InvalidArguments("spawn_child", 'isolation "worktree" needs a profile, '
+                                   "not a SessionConfig")
         parent = self._session
         runtime = parent.runtime
         runtime.check_open()
@@ -177,21 +185,32 @@ class SubsessionManager(ChildBook):
         if budget is not None and not isinstance(budget, Budget):
             raise InvalidArguments("spawn_child", "budget must be a Budget or None")
         kit = self._kits.get(profile)
+        if isolation is None and kit.profile is not None:
+            isolation = kit.profile.isolation
         await consent(parent, kit, prompt, budget)  # the root's on_spawn, before any place
         tree = parent.tree
         call_id = call_id or f"spawn_{next(_spawn_ids)}"  # events always name the call
-        origin = NEW if fork_turns is None and output_schema is None else Origin(
-            history=() if fork_turns is None else forked_items(
-                parent.history, fork_turns, call_id),
-            forked_from=None if fork_turns is None else parent.session_id,
-            output_schema=output_schema)
-        if tree.must_queue(parent.depth):  # beyond max_children: it waits its turn
-            return self._enqueue(kit, prompt, call_id, budget, origin=origin)
-        with await tree.reserve(parent.depth) as place:  # given back if it fails
-            if not parent.is_child:  # a top-level rollout starts with its first task or child
-                parent.write_meta()
-            record = self._child(kit, call_id, budget, origin=origin)
-            self._launch(record, prompt, place)
+        child_id, worktree = new_session_id(), None
+        if isolation == "worktree":
+            worktree = await worktrees.add(parent.cwd, parent.runtime.home, child_id)
+            kit = self._kits.in_worktree(kit, worktree)
+        origin = NEW if fork_turns is None and output_schema is None and worktree is None else (
+            Origin(history=() if fork_turns is None else forked_items(
+                       parent.history, fork_turns, call_id),
+                   forked_from=None if fork_turns is None else parent.session_id,
+                   output_schema=output_schema, worktree=worktree))
+        try:
+            if tree.must_queue(parent.depth):  # beyond max_children: it waits its turn
+                return self._enqueue(kit, prompt, call_id, budget, child_id, origin=origin)
+            with await tree.reserve(parent.depth) as place:  # given back if it fails
+                if not parent.is_child:  # a top-level rollout starts with its first task
+                    parent.write_meta()
+                record = self._child(kit, call_id, budget, child_id, origin=origin)
+                self._launch(record, prompt, place)
+        except Exception:
+            if worktree is not None:  # it never started: nothing to inspect
+                await worktrees.remove(worktree)
+            raise
         return record.session_id
 
     def _child(self, kit: Kit, call_id: str, budget: Budget | None,
@@ -287,6 +306,8 @@ class SubsessionManager(ChildBook):
             message = f"child session {child_id} failed: {outcome.error}"
         else:
             message = f"child session {child_id} cancelled"
+        if (worktree := child.left_worktree) is not None:
+            message += f"; its worktree {worktree.path} on branch {worktree.branch} is kept"
         parent.recorder.event(records.background(message))
         if parent.is_child and parent.ended:
             parent.recorder.flush()  # an ended child flushes nothing more by itself
@@ -420,6 +441,10 @@ class SubsessionManager(ChildBook):
                 return "queued"
             if not record.settled:  # ending now: the message starts what follows
                 await asyncio.wait((record.finished,))
+                continue
+            if record.worktree is not None and record.worktree_removed:
+                await worktrees.again(record.worktree)  # where its history says it works
+                record.worktree_removed = False
                 continue
             self._follow_up(record, message)
             return "started"

@@ -10,6 +10,7 @@ from attrs import frozen
 from subsessions._core.tree import LOCAL, TreeLedger
 from subsessions.items import Item
 from subsessions.models.base import NO_USAGE, TokenUsage
+from subsessions.tools.worktrees import Worktree
 
 
 class Phase(enum.Enum):
@@ -37,6 +38,7 @@ class Origin:
     ledger: TreeLedger = LOCAL  # a top-level session's tree is counted elsewhere too
     inbox: tuple[str, ...] = ()  # messages it reads before its next model call
     output_schema: dict[str, Any] | None = None  # a typed child's (DESIGN 3.13)
+    worktree: Worktree | None = None  # a worktree child's checkout (`tools.worktrees`)
 
 
 NEW = Origin()

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
+
 from subsessions._core.dispatch import call_maybe_async
-from subsessions._core.kit import Kit, narrowed
+from subsessions._core.kit import Kit, child_config, narrowed
 from subsessions.budget import Budget
 from subsessions.config import SessionConfig, as_child_config
 from subsessions.errors import InvalidArguments, SpawnDenied, error_text
 from subsessions.items import Item
 from subsessions.profiles import Profile, resolve_profile
+from subsessions.tools.worktrees import Worktree
 
 if TYPE_CHECKING:  # a name only: sessions are made above
     from subsessions._core.conversation import Conversation
@@ -41,6 +44,20 @@ class Kits:
             # persona and memory stay out in derive_config
             kit = self._kits[profile] = self._new(chosen, parent.child_config(chosen))
         return kit
+
+    def in_worktree(self, kit: Kit, worktree: Worktree) -> Kit:
+        """`kit` for one child in its own worktree: a kit of its own, whose cwd is the
+        worktree and whose sandbox writes it (and what git writes for it) instead of the
+        parent's cwd."""
+        parent, profile = self._parent, kit.profile
+        assert profile is not None  # a kit of a profile (the manager checks)
+        context = parent.child_tool_context()
+        if context is not None:
+            context = narrowed(attrs.evolve(
+                context, cwd=worktree.path, writable_roots=worktree.writable()[1:],
+                read_only_paths=(*context.read_only_paths, *worktree.read_only())), profile)
+        config = child_config(parent.kit, profile, parent.model, worktree.path, context)
+        return Kit.of(config, profile, context, parent.tree, parent.depth + 1)
 
     def _new(self, profile: Profile, config: SessionConfig) -> Kit:
         parent = self._parent
@@ -80,6 +97,20 @@ def fork_turns_of(value: object, tool: str) -> int | str | None:
     if value == "all" or (type(value) is int and value >= 1):
         return value
     raise InvalidArguments(tool, f'fork_turns: must be null, "none", "all" or an integer >= 1, '
+                           f"not {value!r:.40}")
+
+
+ISOLATIONS = ("worktree",)
+
+
+def isolation_of(value: object, tool: str) -> str | None:
+    """`isolation` as given (DESIGN 3.13): None (or "none") for the parent's workspace, or
+    "worktree"."""
+    if value is None or value == "none":
+        return None
+    if value in ISOLATIONS:
+        return str(value)
+    raise InvalidArguments(tool, f'isolation: must be null, "none" or "worktree", '
                            f"not {value!r:.40}")
 
 

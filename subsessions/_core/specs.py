@@ -135,6 +135,14 @@ OUTPUT_SCHEMA: dict[str, Any] = {
 }
 
 
+ISOLATION_SCHEMA: dict[str, Any] = {
+    "type": ["string", "null"],
+    "enum": ["none", "worktree", None],
+    "description": "null or 'none': the sub-session works in this workspace (or as its "
+    "profile says); 'worktree': in a git worktree of its own, on a branch of its own.",
+}
+
+
 def batch_schema(profile_names: list[str]) -> dict[str, Any]:
     path = "A path inside the workspace, relative to it or absolute"
     return {
@@ -175,8 +183,10 @@ def create_schema(profile_names: list[str]) -> dict[str, Any]:
             "budget": BUDGET_SCHEMA,
             "fork_turns": FORK_SCHEMA,
             "output_schema": OUTPUT_SCHEMA,
+            "isolation": ISOLATION_SCHEMA,
         },
-        "required": ["session_type", "prompt", "budget", "fork_turns", "output_schema"],
+        "required": ["session_type", "prompt", "budget", "fork_turns", "output_schema",
+                     "isolation"],
         "additionalProperties": False,
     }
 

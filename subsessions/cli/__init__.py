@@ -84,6 +84,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         from subsessions.cli.profiles import show_profiles
 
         return show_profiles(args, home, out)
+    if args.command == "worktrees":
+        from subsessions.cli.worktrees import run_worktrees
+
+        return run_worktrees(args, home, out)
     if args.command == "watch":
         from subsessions.watch.command import run_watch
 

@@ -111,6 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
     show_profile = profile_commands.add_parser("show", parents=[common], help="one profile")
     show_profile.add_argument("name")
 
+    trees = commands.add_parser(
+        "worktrees", help="the git worktrees worktree children left",
+        description="Worktree children (isolation = \"worktree\") work in git worktrees "
+        "under $SUBSESSIONS_HOME/worktrees, on branches subsessions/ID. An unchanged one is "
+        "removed when its child ends; one with changes or commits, or whose child was "
+        "cancelled, stays for inspection until `clean`, which removes those whose child has "
+        "ended and keeps the branches that hold commits.")
+    tree_commands = trees.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listed = tree_commands.add_parser("list", parents=[common],
+                                      help="each worktree, its child's status and branch")
+    listed.add_argument("--json", action="store_true", help="as a JSON list")
+    tree_commands.add_parser("clean", parents=[common],
+                             help="remove the worktrees of children that have ended")
+
     add_rollout_commands(commands, common)
     add_watch_command(commands, common)
     return parser

@@ -32,7 +32,7 @@ def show_profiles(args: argparse.Namespace, home: Path, out: TextIO) -> int:
     host = [name for name in profile.tools or () if name not in known]
     if host:  # a peer's tool we have no built-in for: the host must offer it
         out.write(f"host tools (not built in): {', '.join(host)}\n")
-    for label, value in (("sandbox", profile.sandbox),
+    for label, value in (("sandbox", profile.sandbox), ("isolation", profile.isolation),
                          ("reasoning_effort", profile.reasoning_effort)):
         if value is not None:
             out.write(f"{label}: {value}\n")

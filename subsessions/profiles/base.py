@@ -64,11 +64,14 @@ class Profile:
     tool_choice: str = "auto"  # auto | required | none | a tool's name (for its first call)
     sandbox: str | None = None  # "read-only", or None: the parent's (see PROFILE_SANDBOXES)
     reasoning_effort: str | None = None  # Codex's model_reasoning_effort, kept as read
+    isolation: str | None = None  # "worktree": each child in a git worktree of its own
 
     def __attrs_post_init__(self) -> None:
         check_tool_choice(self.tool_choice)
         if self.sandbox not in PROFILE_SANDBOXES:
             raise ValueError(f"sandbox must be 'read-only' or None, not {self.sandbox!r:.40}")
+        if self.isolation not in (None, "worktree"):
+            raise ValueError(f"isolation must be 'worktree' or None, not {self.isolation!r:.40}")
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ValueError(
                 f"profile name {self.name!r} must start with a letter and use only "
@@ -108,6 +111,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "memory": ((str,), "a string"),
     "budget": ((dict,), "a table"),
     "tool_choice": ((str,), "a string"),
+    "isolation": ((str,), "a string"),
 }
 
 

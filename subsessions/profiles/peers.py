@@ -27,13 +27,15 @@ CODEX_SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
 
 
 def claude_profile(text: str, source: str, stem: str, aliases: Mapping[str, str]) -> Profile:
-    """A Claude Code agent file: front matter `name`, `description`, `tools`, `model`; the
-    body is the developer instructions. Copilot's custom agents share the shape."""
+    """A Claude Code agent file: front matter `name`, `description`, `tools`, `model` and
+    `isolation` (`worktree`, as Claude Code's Agent tool takes it); the body is the developer
+    instructions. Copilot's custom agents share the shape."""
     meta, body = split_front_matter(text, source)
     return build(
         source, name=_name(meta, stem, source), description=_text(meta, "description", source),
         developer_instructions=body.strip(), model=model_of(meta.get("model"), aliases, source),
         tools=tools_of(meta.get("tools"), source),
+        isolation=_text(meta, "isolation", source, None),
     )
 
 

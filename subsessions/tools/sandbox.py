@@ -72,6 +72,17 @@ def read_only_subpaths(roots: list[str], context: ToolContext) -> list[str]:
     return found
 
 
+def mounts(context: ToolContext) -> list[tuple[str, bool]]:
+    """The writable roots and the read-only paths inside them, each with whether it is
+    writable, parents first: the deepest one holding a path decides, as the later, nested
+    mount does in bwrap (a worktree child's git object store is writable inside the
+    repository's read-only git directory)."""
+    roots = writable_roots(context)
+    found = [(root, True) for root in roots]
+    found += [(path, False) for path in read_only_subpaths(roots, context)]
+    return sorted(found, key=lambda mount: len(mount[0]))
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -82,16 +93,16 @@ def write_problem(context: ToolContext, resolved: str) -> str | None:
         return None
     if context.sandbox == "read-only":
         return "the sandbox is read-only"
-    roots = writable_roots(context)
-    if not any(_inside(resolved, root) for root in roots):
+    found = mounts(context)
+    holding = [mount for mount in found if _inside(resolved, mount[0])]
+    if not holding:
+        roots = [path for path, writable in found if writable]
         return (
             "it is outside the writable roots of the workspace-write sandbox "
             f"({', '.join(roots)})"
         )
-    for protected in read_only_subpaths(roots, context):
-        if _inside(resolved, protected):
-            return f"{protected} stays read-only in the sandbox"
-    return None
+    path, writable = holding[-1]
+    return None if writable else f"{path} stays read-only in the sandbox"
 
 
 def resolve_for_write(context: ToolContext, path: str, *, removing: bool = False) -> str:
@@ -157,11 +168,8 @@ def bwrap_argv(
         args += ["--seccomp", str(seccomp_fd)]
     if context.sandbox == "read-only" or not context.network_access:
         args.append("--unshare-net")
-    roots = writable_roots(context)
-    for root in sorted(roots, key=len):  # parents first, so a nested bind stays on top
-        args += ["--bind", root, root]
-    for protected in read_only_subpaths(roots, context):
-        args += ["--ro-bind", protected, protected]
+    for path, writable in mounts(context):  # parents first: a nested bind stays on top
+        args += ["--bind" if writable else "--ro-bind", path, path]
     args += ["--chdir", workdir, "--json-status-fd", str(status_fd), "--"]
     return [*args, *limits.inside(context.max_processes), *argv]
 

@@ -9,7 +9,7 @@ from attrs import define
 
 from subsessions._core import waits
 from subsessions._core.manager import SubsessionManager
-from subsessions._core.spawning import fork_turns_of
+from subsessions._core.spawning import fork_turns_of, isolation_of
 from subsessions._core.specs import SCHEMAS, batch_schema, create_schema, run_schema
 from subsessions._core.waits import Spawner
 from subsessions.budget import parse_budget
@@ -54,7 +54,10 @@ async def call_parsed(
                                                               arguments["message"])})
     if name == "wait_session":
         timeout_ms = int(arguments["timeout_ms"])  # clamped where every wait is (waits.py)
-        return _dump({"result": await manager.wait_child_ms(session_id, timeout_ms)})
+        result = await manager.wait_child_ms(session_id, timeout_ms)
+        worktree = manager.info(session_id).worktree  # the one it left (DESIGN 3.13)
+        return _dump({"result": result} if worktree is None else
+                     {"result": result, "worktree": worktree})
     cancelled = await manager.cancel_child(session_id)
     if cancelled:
         manager.mark_seen(session_id)  # the model cancelled it: no notice needed
@@ -73,11 +76,13 @@ async def create(
     del schema["properties"]["budget"]  # checked below, with texts of its own
     del schema["properties"]["fork_turns"]
     del schema["properties"]["output_schema"]
+    del schema["properties"]["isolation"]
     schema["required"] = ["session_type", "prompt"]
     rest = dict(arguments)
     budget = parse_budget(rest.pop("budget", None), tool)
     fork_turns = fork_turns_of(rest.pop("fork_turns", None), tool)
     output_schema = check_schema(rest.pop("output_schema", None), tool)
+    isolation = isolation_of(rest.pop("isolation", None), tool)
     check_arguments(tool, schema, rest)
     if rest["session_type"] not in profiles:
         raise UnknownSessionType(rest["session_type"], tuple(profiles))
@@ -85,7 +90,7 @@ async def create(
         raise InvalidArguments(tool, "prompt must not be empty")
     return await manager.spawn_child(rest["session_type"], rest["prompt"], call_id=call_id,
                                      budget=budget, fork_turns=fork_turns,
-                                     output_schema=output_schema)
+                                     output_schema=output_schema, isolation=isolation)
 
 
 async def run_batch(manager: SubsessionManager, arguments: dict[str, Any], call_id: str) -> str:
