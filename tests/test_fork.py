@@ -7,6 +7,7 @@ get; on the scripted model, the last N turns and the Python API."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +146,34 @@ async def test_spawn_child_forks_from_python(tmp_path: Path, backend: Any) -> No
     assert "recall" not in parents and "recall" in forks
     [plain_request] = script.seen["recall"]
     assert SECRET not in json.dumps(plain_request.items)
+
+
+async def test_a_batch_of_forked_children_each_start_from_the_parents_conversation(
+    tmp_path: Path
+) -> None:
+    """`run_batch(..., fork_turns="all")`: every item's child holds the parent's earlier
+    items before its own prompt; the journal keeps the field for a resume; a bad value is
+    refused before anything runs."""
+    script = Script()  # routed by the latest user message: the item's prompt
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "in.jsonl").write_text("".join(f'{{"n": {n}}}\n' for n in range(3)))
+    async with Engine(tmp_path / "home", model_client=script.model) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(WORKER,),
+                                                           cwd=str(work)))
+        await parent.send_and_wait(SECRET)
+        result = await parent.subsessions.run_batch("worker", "in.jsonl", "recall {n}",
+                                                    "out.jsonl", fork_turns="all")
+        with pytest.raises(InvalidArguments, match="fork_turns: must be null"):
+            await parent.subsessions.run_batch("worker", "in.jsonl", "x", "o.jsonl",
+                                               fork_turns=-2)
+    assert result.completed == 3
+    for n in range(3):
+        [request] = script.seen[f"recall {n}"]
+        assert SECRET in json.dumps(request.items)
+    assert _header(result.journal_path)["fork_turns"] == "all"
+    assert "o.jsonl" not in os.listdir(work)
+
+
+def _header(journal: str) -> Any:
+    return json.loads(Path(journal).read_text().splitlines()[0])

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from subsessions._core import waits
 from subsessions._core.kit import Kit
 from subsessions._core.origin import NEW, Origin
-from subsessions._core.spawning import Kits, consent, fork_turns_of, forked_items, isolation_of
+from subsessions._core.spawning import Kits, consent, forked_items, isolation_of
 from subsessions._core.tree import Reservation
 from subsessions.batch import planning as batch_planning
 from subsessions.batch.runner import BatchResult
@@ -51,6 +51,7 @@ from subsessions.profiles import Profile
 from subsessions.rollouts import records
 from subsessions.tools import worktrees
 from subsessions.tools.schema import check_output_schema as check_schema
+from subsessions.tools.schema import fork_turns_of
 
 if TYPE_CHECKING:  # names only: sessions and children are made above
     from subsessions._core.conversation import Child, Conversation, Settle
@@ -380,17 +381,18 @@ class SubsessionManager(ChildBook):
         output_path: str | os.PathLike[str], max_concurrency: int = 16,
         budget: Budget | None = None, *, resume: str | None = None,
         inside_workspace: bool = False, call_id: str | None = None,
-        output_schema: dict[str, Any] | None = None,
+        output_schema: dict[str, Any] | None = None, fork_turns: int | str | None = None,
     ) -> BatchResult:
         """One child per item of a CSV or JSONL file (DESIGN 3.11); see `batch/runner.py`.
         Relative paths are the session's cwd's (with `inside_workspace`, both must lie in
-        it). `resume` (a batch id) runs that batch's unfinished items with these limits."""
+        it). `resume` (a batch id) runs that batch's unfinished items with these limits.
+        `output_schema` makes every item's child typed, `fork_turns` forked (DESIGN 3.13)."""
         cwd = Path(self._session.cwd)
         return await batch_planning.run_batch(
             self, self._session.runtime.home, session_type, items_path, prompt, output_path,
             max_concurrency=max_concurrency, budget=budget, resume=resume, cwd=cwd,
             workspace=cwd if inside_workspace else None, call_id=call_id,
-            output_schema=output_schema)
+            output_schema=output_schema, fork_turns=fork_turns_of(fork_turns, "run_batch"))
 
     async def cancel_child(self, session_id: str) -> bool:
         """Cancel a running child (its children first); False if it had already ended."""

@@ -90,16 +90,6 @@ async def consent(parent: Conversation, kit: Kit, prompt: str, budget: Budget | 
         raise SpawnDenied(str(answer.get("reason") or "denied by a hook"))
 
 
-def fork_turns_of(value: object, tool: str) -> int | str | None:
-    """`fork_turns` as given (DESIGN 3.13): None for an isolated child, "all", or N >= 1."""
-    if value is None or value == "none":
-        return None
-    if value == "all" or (type(value) is int and value >= 1):
-        return value
-    raise InvalidArguments(tool, f'fork_turns: must be null, "none", "all" or an integer >= 1, '
-                           f"not {value!r:.40}")
-
-
 ISOLATIONS = ("worktree",)
 
 

@@ -159,9 +159,10 @@ def batch_schema(profile_names: list[str]) -> dict[str, Any]:
             "max_concurrency": {"type": ["integer", "null"], "minimum": 1},
             "budget": BUDGET_SCHEMA,
             "output_schema": OUTPUT_SCHEMA,
+            "fork_turns": FORK_SCHEMA,
         },
         "required": ["session_type", "input_path", "prompt", "output_path", "max_concurrency",
-                     "budget", "output_schema"],
+                     "budget", "output_schema", "fork_turns"],
         "additionalProperties": False,
     }
 

@@ -22,7 +22,7 @@ from subsessions.batch.template import Template
 from subsessions.budget import Budget
 from subsessions.errors import BatchError, InvalidArguments, UnknownSessionType
 from subsessions.ids import new_session_id
-from subsessions.tools.schema import check_output_schema
+from subsessions.tools.schema import check_output_schema, fork_turns_of
 
 
 async def run_batch(
@@ -30,7 +30,7 @@ async def run_batch(
     prompt: str, output_path: str | os.PathLike[str], *, max_concurrency: int | None = 16,
     budget: Budget | None = None, resume: str | None = None, cwd: Path,
     workspace: str | os.PathLike[str] | None = None, call_id: str | None = None,
-    output_schema: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None, fork_turns: int | str | None = None,
 ) -> BatchResult:
     """Plan a new batch (or reopen one to resume) and run it to its end."""
     if resume is not None:
@@ -43,7 +43,7 @@ async def run_batch(
             plan, home, session_type, input_path, prompt, output_path,
             max_concurrency=16 if max_concurrency is None else max_concurrency, budget=budget,
             cwd=cwd, workspace=None if workspace is None else Path(workspace),
-            output_schema=output_schema)
+            output_schema=output_schema, fork_turns=fork_turns)
     batch = await _off_the_loop(make)
     return await batch.run(host, call_id)
 
@@ -80,7 +80,7 @@ def plan(
     output_path: str | os.PathLike[str], *, max_concurrency: int = 16,
     budget: Budget | None = None, cwd: Path, workspace: Path | None = None,
     replace: bool = True, options: dict[str, Any] | None = None,
-    output_schema: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None, fork_turns: int | str | None = None,
 ) -> Batch:
     """A new batch, checked whole; nothing runs and nothing is written on a refusal. With a
     workspace, the engine's home is off limits to the output, as to every write of the
@@ -113,10 +113,11 @@ def plan(
               "total": scanned.total, "prompt": prompt, "output_path": str(target),
               "max_concurrency": max_concurrency,
               "budget": None if budget is None else budget.as_dict(),
-              "options": dict(options or {}), "output_schema": output_schema}
+              "options": dict(options or {}), "output_schema": output_schema,
+              "fork_turns": fork_turns}
     journal = Journal.create(home, header)
     return Batch(journal, scanned, template, output, session_type, max_concurrency, budget,
-                 output_schema=output_schema)
+                 output_schema=output_schema, fork_turns=fork_turns)
 
 
 def reopen(home: Path, batch_id: str, *, max_concurrency: int | None = None,
@@ -138,8 +139,10 @@ def reopen(home: Path, batch_id: str, *, max_concurrency: int | None = None,
         target = Path(header["output_path"])
         try:
             output_schema = check_output_schema(header.get("output_schema"), "run_batch")
+            fork_turns = fork_turns_of(header.get("fork_turns"), "run_batch")
         except InvalidArguments as exc:
-            raise journal.damaged(1, f"its output_schema is refused ({exc.problem})") from None
+            raise journal.damaged(1, f"its {exc.problem.split(':')[0]} is refused "
+                                  f"({exc.problem})") from None
         output = Output.plan(target, format_of(target, "output"),
                              scanned.columns or template.fields, output_schema)
         concurrency = max_concurrency or int(header["max_concurrency"])
@@ -149,7 +152,7 @@ def reopen(home: Path, batch_id: str, *, max_concurrency: int | None = None,
         journal.close()
         raise
     return Batch(journal, scanned, template, output, str(header["session_type"]), concurrency,
-                 budget, resuming=True, output_schema=output_schema)
+                 budget, resuming=True, output_schema=output_schema, fork_turns=fork_turns)
 
 
 def _check_fields(scanned: Scan, template: Template) -> None:

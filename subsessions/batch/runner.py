@@ -44,7 +44,8 @@ class BatchHost(Protocol):
 
     async def spawn_child(self, profile: str, prompt: str, *, call_id: str | None = None,
                           budget: Budget | None = None,
-                          output_schema: dict[str, Any] | None = None) -> str: ...
+                          output_schema: dict[str, Any] | None = None,
+                          fork_turns: int | str | None = None) -> str: ...
     def wait_child(self, session_id: str,
                    timeout: float | None = None) -> Coroutine[Any, Any, Any]: ...
     def info(self, session_id: str) -> ChildInfo: ...
@@ -114,6 +115,7 @@ class Batch:
     budget: Budget | None
     resuming: bool = False
     output_schema: dict[str, Any] | None = None  # its items' children are typed (3.13)
+    fork_turns: int | str | None = None  # and forked from the batch's parent
     counters: Counters = field(init=False)
     _failed_items: list[tuple[int, str]] = field(factory=list, init=False)
     _slots: asyncio.Semaphore | None = field(default=None, init=False)
@@ -199,8 +201,7 @@ class Batch:
                 child = await host.spawn_child(
                     self.session_type, prompt, budget=self.budget,
                     call_id=None if call_id is None else f"{call_id}:{item.line}",
-                    **({} if self.output_schema is None else
-                       {"output_schema": self.output_schema}))
+                    **self._spawn_options())
                 break
             except ChildLimitReached:  # the tree's other children hold the slots
                 if not self._running:
@@ -243,6 +244,15 @@ class Batch:
             assert self._slots is not None
             self._slots.release()
             self._freed.set()
+
+    def _spawn_options(self) -> dict[str, Any]:
+        """What every item's child is spawned with besides its prompt (DESIGN 3.13)."""
+        options: dict[str, Any] = {}
+        if self.output_schema is not None:
+            options["output_schema"] = self.output_schema
+        if self.fork_turns is not None:
+            options["fork_turns"] = self.fork_turns
+        return options
 
     def _ended(self, item: Item, status: str, session_id: str | None, error: str | None,
                result: str | None, usage: dict[str, Any] | None = None) -> None:

@@ -9,12 +9,12 @@ from attrs import define
 
 from subsessions._core import waits
 from subsessions._core.manager import SubsessionManager
-from subsessions._core.spawning import fork_turns_of, isolation_of
+from subsessions._core.spawning import isolation_of
 from subsessions._core.specs import SCHEMAS, batch_schema, create_schema, run_schema
 from subsessions._core.waits import Spawner
 from subsessions.budget import parse_budget
 from subsessions.errors import InvalidArguments, UnknownSessionType, echo
-from subsessions.tools.schema import check_arguments, parse_arguments
+from subsessions.tools.schema import check_arguments, fork_turns_of, parse_arguments
 from subsessions.tools.schema import check_output_schema as check_schema
 
 
@@ -101,11 +101,13 @@ async def run_batch(manager: SubsessionManager, arguments: dict[str, Any], call_
     schema["properties"]["session_type"] = {"type": "string"}  # unknown names: own text
     del schema["properties"]["budget"]
     schema["required"].remove("budget")
-    del schema["properties"]["output_schema"]  # checked below; may be omitted (MCP)
-    schema["required"].remove("output_schema")
+    for field in ("output_schema", "fork_turns"):  # checked below; may be omitted (MCP)
+        del schema["properties"][field]
+        schema["required"].remove(field)
     rest = dict(arguments)
     budget = parse_budget(rest.pop("budget", None), "run_batch")
     output_schema = check_schema(rest.pop("output_schema", None), "run_batch")
+    fork_turns = fork_turns_of(rest.pop("fork_turns", None), "run_batch")
     check_arguments("run_batch", schema, rest)
     if rest["session_type"] not in profiles:
         raise UnknownSessionType(rest["session_type"], tuple(profiles))
@@ -114,7 +116,8 @@ async def run_batch(manager: SubsessionManager, arguments: dict[str, Any], call_
     result = await manager.run_batch(
         rest["session_type"], rest["input_path"], rest["prompt"], rest["output_path"],
         16 if rest["max_concurrency"] is None else rest["max_concurrency"], budget,
-        inside_workspace=True, call_id=call_id, output_schema=output_schema)
+        inside_workspace=True, call_id=call_id, output_schema=output_schema,
+        fork_turns=fork_turns)
     return _dump(result.as_dict())
 
 
