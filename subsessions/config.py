@@ -103,7 +103,8 @@ SUBSESSION_TOOL_NAMES = frozenset({
 })
 ASK_USER = "ask_user"
 PARENT_MESSAGE = "send_parent_message"
-RESERVED_TOOL_NAMES = SUBSESSION_TOOL_NAMES | {ASK_USER, PARENT_MESSAGE}
+SUBMIT_RESULT = "submit_result"  # a typed child's answer (DESIGN 3.13)
+RESERVED_TOOL_NAMES = SUBSESSION_TOOL_NAMES | {ASK_USER, PARENT_MESSAGE, SUBMIT_RESULT}
 BUILTIN_TOOL_NAMES = ("shell", "apply_patch", "read_file", "list_dir")
 
 

@@ -325,3 +325,55 @@ async def test_a_servers_500_reaches_the_user_as_one_line_naming_it(
     assert err == (f"subsessions: llamacpp at {llama_tools_server.base_url} returned HTTP 500:"
                    " Tool with name 'no_such_tool' not found in tools (gave up after 1 "
                    "attempt)\n")
+
+
+TYPED = Profile(name="typed", description="answers as JSON", tools=(),
+                developer_instructions="Answer by calling submit_result.",
+                tool_choice="submit_result")
+# An enum keeps the constrained call within the tests' short generations (MAX_OUTPUT).
+GREETING = {"type": "object", "properties": {"mood": {"enum": ["glad", "calm"]}},
+            "required": ["mood"], "additionalProperties": False}
+
+
+async def test_a_typed_child_answers_a_validated_object(
+    llama_server: LlamaServer, home: Path
+) -> None:
+    """`submit_result`'s parameters are the schema: a named tool_choice makes the server
+    constrain the call to it, and the child ends with the value, its rollout with its JSON."""
+    async with engine_on(llama_server, home) as engine:
+        parent = await engine.create_session(SessionConfig(instructions=PARENT,
+                                                           custom_agents=(TYPED,)))
+        child = await parent.subsessions.spawn_child("typed", "Greet Ada.",
+                                                     output_schema=GREETING)
+        value = await parent.subsessions.wait_child(child, timeout=240)
+    assert isinstance(value, dict) and value["mood"] in ("glad", "calm")
+    [ending] = terminals(rollout_of(home, child))
+    assert json.loads(ending["last_agent_message"]) == value
+
+
+def remembers(request: ModelRequest) -> list[Any]:
+    """The scripted parent: a call and its output in its history, then a plain answer."""
+    if not [i for i in request.items if i.get("type") == "function_call_output"]:
+        return [{"type": "function_call", "name": "list_profiles", "arguments": {}}]
+    return ["noted"]
+
+
+async def test_a_forked_child_runs_on_the_parents_copied_conversation(
+    llama_server: LlamaServer, home: Path
+) -> None:
+    """The copy holds the parent's call and its output (a tool the child is not offered):
+    the real server takes that history and the child answers; its rollout names the
+    parent."""
+    async with engine_on(llama_server, home, remembers) as engine:
+        parent = await engine.create_session(SessionConfig(instructions=PARENT,
+                                                           custom_agents=(GREETER,)))
+        assert await parent.send_and_wait("The code word is PELICAN.") == "noted"
+        child = await parent.subsessions.spawn_child("greeter", "Say the code word.",
+                                                     fork_turns="all")
+        answer = await parent.subsessions.wait_child(child, timeout=240)
+    assert (answer or "").strip()
+    records = rollouts(home)[child]
+    assert records[0]["payload"]["forked_from_id"] == parent.session_id
+    copied = [r["payload"] for r in records[1:4]]
+    assert [i["type"] for i in copied] == ["message", "function_call", "function_call_output"]
+    assert endings(records) == ["task_complete"]

@@ -17,7 +17,7 @@ from scripting import WORKER, Script, first_prompt
 from test_openai_models import Api, engine_on, is_worker
 from test_openai_models import api as api  # the fixture
 
-from subsessions import ChildFailed, Engine, InvalidArguments, SessionConfig
+from subsessions import ChildFailed, Engine, InvalidArguments, Profile, SessionConfig, Tool
 from subsessions.testing import rollout_of
 
 __all__ = ["fake_openai"]
@@ -92,8 +92,11 @@ async def test_a_turn_without_submit_result_is_reminded_once(
         assert result.error == f"result did not match output_schema: {outcome}"
     else:
         assert result == outcome
-    told = [i for i in script.seen["compute"][1].items if i.get("role") == "user"]
+    reminded = script.seen["compute"][1]
+    told = [i for i in reminded.items if i.get("role") == "user"]
     assert "submit_result" in told[-1]["content"][0]["text"]
+    assert reminded.tool_choice == "submit_result"  # the reminded turn is asked for the call
+    assert script.seen["compute"][0].tool_choice == "auto"
 
 
 @pytest.mark.in_process
@@ -204,3 +207,23 @@ async def test_run_sessions_steps_take_output_schema_and_refuse_a_bad_one(
     assert json.loads(first)["results"][0]["result"] == {"answer": 5}
     assert second == ("invalid arguments for run_sessions: output_schema: must be a JSON Schema "
                       "object or null, not list")
+
+
+@pytest.mark.in_process
+async def test_a_typed_child_of_a_profile_without_tools_still_delivers(tmp_path: Path) -> None:
+    """Its allowlist (`tools = []`) gates the tools it may call, never the answer it is asked
+    for (found on the real model: the call was refused as not supported)."""
+    bare = Profile(name="bare", description="no tools", tools=())
+    script = Script(route=first_prompt)
+    script.play("compute", [lambda outs: submit(answer=7)])
+    async with Engine(tmp_path / "home", model_client=script.model) as engine:
+        parent = await engine.create_session(SessionConfig(custom_agents=(bare,)))
+        cid = await parent.subsessions.spawn_child("bare", "compute", output_schema=ANSWER)
+        assert await parent.subsessions.wait_child(cid, timeout=60) == {"answer": 7}
+
+
+def test_submit_result_is_the_engines_own_tool_name() -> None:
+    mine = Tool(name="submit_result", description="a host's", parameters={"type": "object"},
+                handler=lambda arguments, invocation: "ok")
+    with pytest.raises(ValueError, match="'submit_result' is the engine's own"):
+        SessionConfig(tools=(mine,))

@@ -20,7 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import orjson
 from attrs import frozen
 
-from subsessions.config import ASK_USER, Invocation, SessionConfig, Tool
+from subsessions.config import ASK_USER, SUBMIT_RESULT, Invocation, SessionConfig, Tool
 from subsessions.errors import PermissionDenied, ToolNotSupported, UnknownSession
 from subsessions.events import EventHub, emit, listening
 from subsessions.profiles import Profile
@@ -53,7 +53,9 @@ class Caller(Protocol):
 H = TypeVar("H", bound=Caller)
 # Requests the allowlist never gates (3.6): user input goes to the root's handler whatever
 # tools an agent may use.
-UNGATED = frozenset({ASK_USER})
+# Never gated by a child's allowlist: the root's question, and a typed child's answer (which
+# only a typed child is offered; a profile with `tools = []` must still deliver it).
+UNGATED = frozenset({ASK_USER, SUBMIT_RESULT})
 
 
 @frozen

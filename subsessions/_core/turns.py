@@ -25,6 +25,7 @@ from subsessions._core.turn_budget import budget_cancelled, budget_ending, check
 from subsessions._core.turn_children import children_at_turn_end, deliver_notices
 from subsessions._core.typed import REMINDER, Typed
 from subsessions.children import CANCELLED, Done, Ending, Failed, on_disk
+from subsessions.config import SUBMIT_RESULT
 from subsessions.errors import (
     BudgetExhausted,
     MaxTurnsExceeded,
@@ -110,6 +111,7 @@ async def run(host: Conversation, prompt: str, first: bool | None,
                             continue  # keeps a child going
                         if typed is not None and typed.turn_ended():  # (raises the 2nd time)
                             _tell(host, REMINDER)
+                            tool_choice = SUBMIT_RESULT  # the reminded turn must deliver
                             continue
                         if host.is_child and host.tree.config.hooks is not None and (
                                 reason := await stop_blocked(host, answer, blocks)) is not None:

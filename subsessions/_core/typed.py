@@ -12,9 +12,9 @@ from typing import Any
 
 from attrs import define
 
+from subsessions.config import SUBMIT_RESULT
 from subsessions.errors import OutputMismatch
 
-SUBMIT_RESULT = "submit_result"
 OUTPUT_RETRIES = 2  # after the first try: three tries in all
 REMINDER = (f"You have not called {SUBMIT_RESULT}. Call it now with your result: it is how "
             "your answer is delivered.")

@@ -12,8 +12,8 @@ from subsessions._core.conversation import Conversation
 from subsessions._core.specs import ASK_USER_SPEC
 from subsessions._core.tool_calls import parent_message
 from subsessions._core.tool_calls import subsessions as subsession_tools
-from subsessions._core.typed import SUBMIT_RESULT, Typed
-from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBSESSION_TOOL_NAMES
+from subsessions._core.typed import Typed
+from subsessions.config import ASK_USER, PARENT_MESSAGE, SUBMIT_RESULT, SUBSESSION_TOOL_NAMES
 from subsessions.errors import ToolNotSupported, error_text
 from subsessions.events import emit
 from subsessions.items import Item, function_call_output
