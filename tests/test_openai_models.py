@@ -840,3 +840,23 @@ async def test_respond_reports_the_model_that_answered_and_usage(
     assert message["type"] == "message"
     assert message["role"] == "assistant"
     assert message["content"] == [{"type": "output_text", "text": "hi!"}]
+
+
+async def test_a_profiles_reasoning_effort_reaches_the_wire(
+    fake_openai: FakeOpenAI, engine: Engine, api: Api
+) -> None:
+    """A Codex agent's `model_reasoning_effort` (kept as the profile's `reasoning_effort`):
+    `reasoning.effort` on the Responses API, `reasoning_effort` on Chat Completions; a
+    profile without one sends neither."""
+    fake_openai.script = worker_only(lambda request: text("thought"))
+    thinker = Profile(name="worker", description="thinks", reasoning_effort="high",
+                      developer_instructions=WORKER_INSTRUCTIONS)
+    for worker, effort in ((thinker, "high"), (WORKER, None)):
+        parent = await parent_session(engine, worker=worker)
+        child = await parent.subsessions.spawn_child("worker", "think")
+        assert await parent.subsessions.wait_child(child) == "thought"
+        body = fake_openai.requests[-1].body
+        sent = (body.get("reasoning") or {}).get("effort") if api == "responses" else (
+            body.get("reasoning_effort"))
+        assert sent == effort
+        assert ("reasoning" in body) == (api == "responses" and effort is not None)

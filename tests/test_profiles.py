@@ -184,3 +184,15 @@ def test_profile_defaults_match_the_design() -> None:
         24,
     )
     assert (profile.persona, profile.memory, profile.description) == (None, None, "")
+
+
+def test_our_toml_takes_sandbox_reasoning_effort_and_isolation() -> None:
+    from subsessions.errors import ProfileError
+    from subsessions.profiles.base import parse_profile
+
+    made = parse_profile('name = "r"\nsandbox = "read-only"\nreasoning_effort = "low"\n'
+                         'isolation = "worktree"\n', "r.toml")
+    assert (made.sandbox, made.reasoning_effort, made.isolation) == (
+        "read-only", "low", "worktree")
+    with pytest.raises(ProfileError, match="sandbox must be 'read-only' or None"):
+        parse_profile('name = "r"\nsandbox = "danger-full-access"\n', "r.toml")

@@ -51,6 +51,10 @@ class Kit:
     def fallback_models(self) -> tuple[str, ...]:
         return self.profile.fallback_models if self.profile is not None else ()
 
+    @property
+    def reasoning_effort(self) -> str | None:
+        return self.profile.reasoning_effort if self.profile is not None else None
+
     def allows(self, tool_name: str) -> bool:
         """Whether the profile's allowlist admits a tool (no profile admits all)."""
         return self.profile is None or self.profile.allows(tool_name)

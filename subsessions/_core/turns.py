@@ -286,6 +286,7 @@ def _request(host: Conversation, tool_choice: Any, typed: Typed | None) -> Model
         tools=host.kit.specs() if typed is None else (*host.kit.specs(), typed.spec()),
         fallback_models=host.kit.fallback_models,
         tool_choice=tool_choice,
+        reasoning_effort=host.kit.reasoning_effort,
     )
     host.turns += 1
     return request

@@ -84,6 +84,9 @@ class ModelRequest:
     # auto | required | none | a tool's name; sent (with the tools) on both wire APIs, as
     # llama.cpp's chatml-function-calling ignores the tools unless it is told `auto`
     tool_choice: str = "auto"
+    # a profile's `reasoning_effort` (Codex's `model_reasoning_effort`: minimal, low, medium,
+    # high): `reasoning.effort` on the Responses API, `reasoning_effort` on Chat Completions
+    reasoning_effort: str | None = None
 
     @property
     def tool_names(self) -> tuple[str, ...]:

@@ -96,6 +96,8 @@ class OpenAIChatModel(OpenAIModel[openai.AsyncOpenAI]):
         }
         if self.max_output_tokens is not None:
             arguments["max_tokens"] = self.max_output_tokens  # what llama.cpp's server reads
+        if request.reasoning_effort is not None:
+            arguments["reasoning_effort"] = request.reasoning_effort
         if request.tools:
             arguments["tools"] = [to_chat_tool(spec) for spec in request.tools]
             arguments["tool_choice"] = _chat_tool_choice(request.tool_choice)

@@ -84,6 +84,8 @@ class OpenAIResponsesModel(OpenAIModel[openai.AsyncOpenAI]):
             arguments["instructions"] = request.instructions
         if self.max_output_tokens is not None:
             arguments["max_output_tokens"] = self.max_output_tokens
+        if request.reasoning_effort is not None:
+            arguments["reasoning"] = {"effort": request.reasoning_effort}
         if request.tools:
             arguments["tools"] = list(request.tools)
             arguments["parallel_tool_calls"] = True

@@ -112,6 +112,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "budget": ((dict,), "a table"),
     "tool_choice": ((str,), "a string"),
     "isolation": ((str,), "a string"),
+    "sandbox": ((str,), "a string"),
+    "reasoning_effort": ((str,), "a string"),
 }
 
 
