@@ -227,9 +227,13 @@ async def test_a_claude_parent_has_children_on_claude_and_on_an_openai_compatibl
     assert asked.api == "chat" and asked.body["model"] == "qwen3:8b"
     assert asked.body["messages"][0] == {"role": "system", "content": "You are a local worker."}
     assert {r.body["model"] for r in fake.requests} == {"claude-test"}
-    models = {sid: records[0]["payload"]["model"] for sid, records in rollouts(home).items()}
-    assert models[local.session_id] == "local:qwen3:8b"
-    assert models[claude.session_id] == "claude-test"
+    metas = {sid: records[0]["payload"] for sid, records in rollouts(home).items()}
+    # each rollout names the provider its session talked to
+    assert (metas[local.session_id]["model"], metas[local.session_id]["model_provider"]) == (
+        "local:qwen3:8b", "local")
+    assert (metas[claude.session_id]["model"], metas[claude.session_id]["model_provider"]) == (
+        "claude-test", "claude")
+    assert metas[parent.session_id]["model_provider"] == "claude"
 
 
 def without_marks(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:

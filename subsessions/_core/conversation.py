@@ -192,7 +192,7 @@ class Conversation(SessionState):
         self._phase = Phase.OPEN
         self.recorder.record("session_meta", records.session_meta(
             self.session_id, cwd=self.cwd, source=self.source, model=self.model,
-            model_provider=self.runtime.model_provider, instructions=self.instructions,
+            model_provider=self.runtime.provider_of(self.model), instructions=self.instructions,
             session_type=self.profile.name if self.profile is not None else None,
             forked_from=self.forked_from,
             spawn=None if self.parent is None else {

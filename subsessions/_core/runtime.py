@@ -105,6 +105,12 @@ class Runtime:
         return task in self._tasks
 
     # -- tasks ------------------------------------------------------------------------------
+    def provider_of(self, model: str) -> str:
+        """The provider a session on `model` talks to: the engine's, or the one a
+        `PROVIDER:MODEL` id names when the client routes by it (`models.routes`)."""
+        routes = getattr(self.model_client, "provider_of", None)
+        return str(routes(model)) if callable(routes) else self.model_provider
+
     def spawn_task(
         self, coro: Coroutine[Any, Any, T], name: str, *, while_closing: bool = False
     ) -> asyncio.Task[T]:

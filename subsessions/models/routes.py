@@ -37,6 +37,11 @@ class ProviderRoutes:
     def __repr__(self) -> str:
         return f"<ProviderRoutes {', '.join(map(repr, self._clients.values()))}>"
 
+    def provider_of(self, model: str) -> str:
+        """The name of the provider `model` is sent to (what a rollout records)."""
+        name, colon, bare = model.partition(":")
+        return name if colon and bare and name in self._providers else self.provider
+
     def route(self, model: str) -> tuple[OpenAIModel[Any], str]:
         """The client that serves `model`, and the model's id on that provider."""
         name, colon, bare = model.partition(":")
