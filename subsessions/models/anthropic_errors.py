@@ -7,19 +7,10 @@ line naming the provider, the status, the API's `error.type` and its message.
 
 from __future__ import annotations
 
-import asyncio
-import json
-
 import anthropic
 
-from subsessions.errors import MalformedStream, ModelError, ModelUnavailable
-from subsessions.models.openai_errors import (
-    Endpoint,
-    Retryable,
-    _is_transport,
-    _retry_after,
-    _transport_detail,
-)
+from subsessions.errors import ModelError, ModelUnavailable
+from subsessions.models.openai_errors import Endpoint, Retryable, _retry_after, classify_with
 
 _MESSAGE_CHARS = 500
 _RETRIED_TYPES = ("overloaded_error", "api_error", "rate_limit_error")
@@ -49,17 +40,7 @@ def _should_retry(exc: anthropic.APIStatusError, kind: str) -> bool:
 
 def classify(exc: BaseException, endpoint: Endpoint) -> BaseException:
     """Map a failed attempt to Retryable, ModelUnavailable, a final ModelError, or itself."""
-    if isinstance(exc, ModelError | Retryable | asyncio.CancelledError):
-        return exc
-    if isinstance(exc, anthropic.APIStatusError):
-        return _status(exc, endpoint)
-    if isinstance(exc, anthropic.APIConnectionError) or _is_transport(exc):
-        return Retryable(f"connection to {endpoint} failed: {_transport_detail(exc)}")
-    if isinstance(exc, anthropic.APIResponseValidationError | json.JSONDecodeError):
-        return MalformedStream(f"malformed response from {endpoint.provider}: {exc}")
-    if isinstance(exc, anthropic.APIError):
-        return ModelError(f"{endpoint.provider} stream error: {exc.message}")
-    return exc  # a local bug: no request problem, no retry
+    return classify_with(anthropic, _status, exc, endpoint)
 
 
 def _status(exc: anthropic.APIStatusError, endpoint: Endpoint) -> BaseException:

@@ -9,6 +9,7 @@ reads the shared prefix from the cache. Input counts cache reads and writes.
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from typing import Any
 
 import anthropic
@@ -27,13 +28,12 @@ from subsessions.models.anthropic_messages import (
 )
 from subsessions.models.base import ModelRequest
 from subsessions.models.openai_common import (
-    END_GRACE,
     MAX_COUNT,
     Answer,
     Counts,
     OpenAIModel,
     RetryPolicy,
-    next_event,
+    answer_events,
     opened_within,
 )
 from subsessions.models.openai_errors import Endpoint, Retryable
@@ -103,16 +103,8 @@ class AnthropicModel(OpenAIModel[anthropic.AsyncAnthropic]):
         usage: dict[str, Any] = {}
         stop_reason: Any = None
         complete = False
-        async with stream:  # leaving it closes the connection, whether the body ended or not
-            iterator = aiter(stream)
-            while True:
-                # The answer is whole at message_stop: the end is not waited for long.
-                wait = END_GRACE if complete else self.stream_idle_timeout
-                event = await next_event(iterator, wait, complete=complete)
-                if event is None:
-                    break
-                if complete:
-                    continue  # the rest is read only so that the connection can be reused
+        async with aclosing(answer_events(stream, self.stream_idle_timeout, _ends)) as events:
+            async for event in events:
                 kind = getattr(event, "type", None)
                 if kind == "content_block_delta":
                     blocks.delta(event.index, event.delta)
@@ -141,6 +133,10 @@ class AnthropicModel(OpenAIModel[anthropic.AsyncAnthropic]):
         blocks = whole_blocks(getattr(message, "content", None))
         return _answer(blocks, getattr(message, "stop_reason", None), usage,
                        arguments["max_tokens"])
+
+
+def _ends(event: Any) -> bool:
+    return getattr(event, "type", None) == "message_stop"  # the answer is whole
 
 
 def _take_usage(usage: dict[str, Any], reported: Any) -> None:

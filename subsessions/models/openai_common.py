@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import orjson
@@ -67,6 +67,23 @@ async def next_event(
         if complete:
             return None
         raise Retryable(f"stream idle for more than {round(idle_timeout * 1000)}ms") from None
+
+
+async def answer_events(
+    stream: Any, idle_timeout: float, ends: Callable[[Any], bool]
+) -> AsyncGenerator[Any, None]:
+    """A streamed answer's events up to the one that `ends` it (a gap longer than
+    `idle_timeout` before it is a stall); after it the rest is read, `END_GRACE` at most, so
+    the connection can be reused. Leaving closes the stream, whether the body ended or not:
+    iterate it under `contextlib.aclosing`."""
+    complete = False
+    async with stream:
+        iterator = aiter(stream)
+        while (event := await next_event(iterator, END_GRACE if complete else idle_timeout,
+                                         complete=complete)) is not None:
+            if not complete:
+                complete = ends(event)
+                yield event
 
 
 def required(item: Item, key: str) -> Any:

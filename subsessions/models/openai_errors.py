@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -128,24 +129,34 @@ def _transport_detail(exc: BaseException) -> str:
 
 def classify(exc: BaseException, endpoint: Endpoint) -> BaseException:
     """Map a failed attempt to Retryable, ModelUnavailable, a final ModelError, or itself."""
-    provider = endpoint.provider
+    return classify_with(openai, _status, exc, endpoint)
+
+
+def classify_with(sdk: Any, status: Callable[[Any, Endpoint], BaseException],
+                  exc: BaseException, endpoint: Endpoint) -> BaseException:
+    """`classify` for an SDK of the same make as `openai` (the `anthropic` SDK is: the same
+    error classes), whose HTTP errors `status` maps."""
     if isinstance(exc, ModelError | Retryable | asyncio.CancelledError):
         return exc
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        detail = f"{endpoint} returned HTTP {status}: {_server_message(exc)}"
-        if status == 429 or status >= 500:
-            return Retryable(detail, _retry_after(exc.response))
-        if _is_model_missing(exc):
-            return ModelUnavailable(detail)
-        if status == 404:
-            return _not_served(exc, endpoint)
-        return ModelError(detail)
-    if _is_transport(exc):
+    if isinstance(exc, sdk.APIStatusError):
+        return status(exc, endpoint)
+    if isinstance(exc, sdk.APIConnectionError) or _is_transport(exc):
         return Retryable(f"connection to {endpoint} failed: {_transport_detail(exc)}")
-    if isinstance(exc, openai.APIResponseValidationError | json.JSONDecodeError):
-        return MalformedStream(f"malformed response from {provider}: {exc}")
-    if isinstance(exc, openai.APIError):
-        return ModelError(f"{provider} stream error: {exc.message}")
+    if isinstance(exc, sdk.APIResponseValidationError | json.JSONDecodeError):
+        return MalformedStream(f"malformed response from {endpoint.provider}: {exc}")
+    if isinstance(exc, sdk.APIError):
+        return ModelError(f"{endpoint.provider} stream error: {exc.message}")
     return exc  # a local bug: no request problem, no retry
+
+
+def _status(exc: openai.APIStatusError, endpoint: Endpoint) -> BaseException:
+    status = exc.status_code
+    detail = f"{endpoint} returned HTTP {status}: {_server_message(exc)}"
+    if status == 429 or status >= 500:
+        return Retryable(detail, _retry_after(exc.response))
+    if _is_model_missing(exc):
+        return ModelUnavailable(detail)
+    if status == 404:
+        return _not_served(exc, endpoint)
+    return ModelError(detail)
 

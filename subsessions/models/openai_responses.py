@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from typing import Any
 
 import openai
@@ -10,11 +11,10 @@ from subsessions.errors import MalformedStream, ModelError
 from subsessions.items import Item, assistant_message, function_call
 from subsessions.models.base import TOOL_CHOICE_WORDS, ModelRequest
 from subsessions.models.openai_common import (
-    END_GRACE,
     Answer,
     Counts,
     OpenAIModel,
-    next_event,
+    answer_events,
     opened_within,
     required,
 )
@@ -101,22 +101,14 @@ class OpenAIResponsesModel(OpenAIModel[openai.AsyncOpenAI]):
         items: list[Item] = []
         counts: Counts | None = None
         completed = False
-        async with stream:  # leaving it closes the connection, whether the body ended or not
-            iterator = aiter(stream)
-            while True:
-                # The answer is whole at response.completed: the end is not waited for long.
-                wait = END_GRACE if completed else self.stream_idle_timeout
-                event = await next_event(iterator, wait, complete=completed)
-                if event is None:
-                    break
-                if completed:
-                    continue  # the rest is read only so that the connection can be reused
+        async with aclosing(answer_events(stream, self.stream_idle_timeout, _ends)) as events:
+            async for event in events:
                 kind = getattr(event, "type", None)
                 if kind == "response.output_item.done":
                     item = from_responses_output(event.item.model_dump(mode="json"))
                     if item is not None:
                         items.append(item)
-                elif kind in ("response.completed", "response.incomplete"):
+                elif kind in _WHOLE:
                     response = event.response
                     if response.usage is not None:
                         counts = _counts(response.usage)
@@ -131,6 +123,13 @@ class OpenAIResponsesModel(OpenAIModel[openai.AsyncOpenAI]):
         if not completed:
             raise Retryable(f"{self.endpoint} ended the stream before response.completed")
         return tuple(items), counts
+
+
+_WHOLE = ("response.completed", "response.incomplete")
+
+
+def _ends(event: Any) -> bool:
+    return getattr(event, "type", None) in _WHOLE  # the answer is whole
 
 
 def _event_error(event: Any) -> str:
