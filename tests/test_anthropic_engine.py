@@ -275,3 +275,9 @@ async def test_a_forked_child_sends_the_parents_conversation_as_its_prefix(
         assert without_marks(mine["content"]) == without_marks(theirs["content"])
     assert sent[-1]["content"][-1]["cache_control"] == EPHEMERAL
     assert "go on" in json.dumps(sent[-1])
+    # Its instructions are its own (never the parent's), so the parent's cache is not its
+    # to read; a breakpoint at the end of the copy lets its forked siblings read that.
+    assert sent[2]["content"][0]["type"] == "tool_result"  # the copy's last block: the add
+    assert sent[2]["content"][0]["cache_control"] == EPHEMERAL
+    marks = json.dumps(forked.body).count('"cache_control"')
+    assert marks == 4  # the last tool, the system block, the copy's end, the newest block

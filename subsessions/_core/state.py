@@ -56,6 +56,7 @@ class Extras:
     child_context: ToolContext | None = None  # its workspace as its children get it
     notes: tuple[dict[str, Any], ...] = ()  # noted before there was a rollout
     forked_from: str | None = None  # the session a fork starts from
+    copied: int = 0  # the items a fork copied, at the head of its history
     typed: Typed | None = None  # a typed child's schema and tries (`output_schema`)
     resume_report: str | None = None  # what resuming or forking read and skipped
 
@@ -99,6 +100,12 @@ class SessionParts:
     def forked_from(self) -> str | None:
         extras = self._extras
         return None if extras is None else extras.forked_from
+
+    @property
+    def copied(self) -> int:
+        """The items at the head of its history that a fork copied (siblings share them)."""
+        extras = self._extras
+        return 0 if extras is None else extras.copied
 
     @property
     def resume_report(self) -> str | None:
@@ -248,6 +255,7 @@ class SessionState(SessionParts):
         # what few sessions need (children, messages, notes...): made at first use
         super().__init__(Extras(inbox=list(origin.inbox) or None,
                                 forked_from=origin.forked_from,
+                                copied=len(origin.history) if origin.forked_from else 0,
                                 resume_report=origin.resume_report,
                                 typed=Typed(origin.output_schema) if origin.output_schema else None)
                          if origin.inbox or origin.forked_from or origin.resume_report

@@ -287,6 +287,7 @@ def _request(host: Conversation, tool_choice: Any, typed: Typed | None) -> Model
         fallback_models=host.kit.fallback_models,
         tool_choice=tool_choice,
         reasoning_effort=host.kit.reasoning_effort,
+        shared_items=host.copied,
     )
     host.turns += 1
     return request

@@ -127,6 +127,21 @@ def with_cache_marks(system: list[Block], tools: list[Block],
                 break
 
 
+def mark_shared(messages: list[dict[str, Any]], shared: list[dict[str, Any]]) -> None:
+    """A fourth breakpoint at the end of a fork's copied conversation (`shared`: those items
+    alone as messages, which open `messages`): its instructions are its own, so it cannot
+    read its parent's cache, but its forked siblings on the same profile read this prefix
+    from the one the first of them wrote. (A message may merge the copy's last blocks with
+    what follows: the mark goes on the copy's last block in it.)"""
+    if not shared or len(shared) > len(messages):
+        return
+    blocks = messages[len(shared) - 1]["content"][:len(shared[-1]["content"])]
+    for block in reversed(blocks):
+        if block.get("type") not in THINKING_BLOCKS:
+            block["cache_control"] = EPHEMERAL
+            break
+
+
 def may_think(messages: list[dict[str, Any]], choice: str, tools: list[Block]) -> bool:
     """Whether extended thinking can be asked for: the API refuses it with a forced tool
     choice, and in a tool loop whose assistant turn did not open with a thinking block (one

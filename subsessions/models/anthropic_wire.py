@@ -4,7 +4,8 @@ Through the official SDK (`AsyncAnthropic`, its own retries off: the shared poli
 OpenAI wires applies, with this wire's classifier). Prompt caching is on unless the provider
 says `prompt_cache = false`: the last tool, the system block and the newest message block
 carry `cache_control`, so every turn (and every child with the same instructions and tools)
-reads the shared prefix from the cache. Input counts cache reads and writes.
+reads the shared prefix from the cache; a fork's copied conversation ends with a fourth mark,
+which its forked siblings read. Input counts cache reads and writes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from subsessions.models.anthropic_errors import classify
 from subsessions.models.anthropic_messages import (
     DEFAULT_MAX_TOKENS,
     Blocks,
+    mark_shared,
     may_think,
     to_messages,
     to_tool,
@@ -76,6 +78,9 @@ class AnthropicModel(OpenAIModel[anthropic.AsyncAnthropic]):
         tools = [to_tool(spec) for spec in request.tools]
         if self.prompt_cache:
             with_cache_marks(system, tools, messages)
+            if request.shared_items:
+                mark_shared(messages, to_messages(request.items[:request.shared_items],
+                                                  tools=bool(request.tools)))
         arguments: dict[str, Any] = {
             "model": model,
             "max_tokens": self.max_output_tokens or DEFAULT_MAX_TOKENS,

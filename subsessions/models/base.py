@@ -87,6 +87,9 @@ class ModelRequest:
     # a profile's `reasoning_effort` (Codex's `model_reasoning_effort`: minimal, low, medium,
     # high): `reasoning.effort` on the Responses API, `reasoning_effort` on Chat Completions
     reasoning_effort: str | None = None
+    # the leading items that are a fork's copy of another conversation: the Anthropic wire
+    # puts a cache breakpoint at their end, so forked siblings read the copy from its cache
+    shared_items: int = 0
 
     @property
     def tool_names(self) -> tuple[str, ...]:
