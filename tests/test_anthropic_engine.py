@@ -281,3 +281,39 @@ async def test_a_forked_child_sends_the_parents_conversation_as_its_prefix(
     assert sent[2]["content"][0]["cache_control"] == EPHEMERAL
     marks = json.dumps(forked.body).count('"cache_control"')
     assert marks == 4  # the last tool, the system block, the copy's end, the newest block
+
+
+async def test_a_ray_shard_builds_its_anthropic_client_from_settings(
+    fake: FakeAnthropic, ray_cluster: Any, home: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A child run on a shard talks to the provider from `config.toml` on the `anthropic`
+    wire, and its usage with cache reads lands in its parent's figures."""
+    from ray_support import SHARD_OPTIONS
+
+    from subsessions import RayBackend
+
+    monkeypatch.delenv(UNSET, raising=False)
+    write_config(home, f'model = "claude-test"\nmodel_provider = "claude"\n'
+                       f'[model_providers.claude]\nbase_url = "{fake.base_url}"\n'
+                       f'wire_api = "anthropic"\nenv_key = "{UNSET}"\n')
+    fake.script = lambda request: Turn(text="from a shard", input_tokens=7, cache_read=300)
+    backend = RayBackend(shards=1, model_settings=load_settings(home),
+                         actor_options=SHARD_OPTIONS)
+    client = build_model_client(load_settings(home))
+    try:
+        async with Engine(home, model_client=client, model="claude-test", backend=backend,
+                          project_dir=tmp_path) as engine:
+            parent = await engine.create_session(CONFIG)
+            child = await parent.subsessions.spawn_child("worker", "work")
+            assert await parent.subsessions.wait_child(child, timeout=120) == "from a shard"
+            [info] = parent.subsessions.children()
+    finally:
+        await client.aclose()
+        await settle_sdk_generators()
+    assert info.usage.input_tokens == 307
+    counted = [r["payload"]["info"]["total_token_usage"] for r in rollouts(home)[child]
+               if r["type"] == "event_msg" and r["payload"]["type"] == "token_count"]
+    assert counted[-1]["cached_input_tokens"] == 300
+    [request] = fake.requests
+    assert is_worker(request) and request.body["model"] == "claude-test"
