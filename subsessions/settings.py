@@ -17,7 +17,7 @@ from subsessions._util.urls import is_loopback, url_problem
 from subsessions.environment import EnvPolicy, env_policy_from_table
 from subsessions.errors import ConfigError, MissingApiKey
 
-WIRE_APIS = ("responses", "chat", "anthropic")
+WIRE_APIS = ("responses", "chat", "anthropic", "echo")
 CLAUDE_MODEL = "claude-sonnet-4-5"
 """The model of `--wire-api anthropic` when neither config.toml nor `--model` names one."""
 
@@ -45,6 +45,9 @@ BUILTIN_PROVIDERS = {
                          wire_api="chat"),
     "anthropic": Provider("anthropic", "https://api.anthropic.com",
                           env_key="ANTHROPIC_API_KEY", wire_api="anthropic"),
+    # offline: answers every task with its prompt, no key and no server (`models.scripted`)
+    "echo": Provider("echo", "http://127.0.0.1/echo", env_key="SUBSESSIONS_ECHO_KEY",
+                     wire_api="echo"),
 }
 
 
@@ -244,7 +247,16 @@ def with_overrides(settings: Settings, **flags: Any) -> Settings:
     """Command-line flags over the file: model, base_url, wire_api, api_key_env, limits.
 
     `--wire-api anthropic` with no provider named in the file selects the built-in
-    `anthropic` provider (and, with no model named either, a Claude model)."""
+    `anthropic` provider (and, with no model named either, a Claude model).
+    `--model-provider NAME` picks a provider of the file's or a built-in (`echo`: offline)."""
+    name = flags.get("model_provider")
+    if name is not None:
+        if name not in settings.providers:
+            raise ConfigError("command line", "--model-provider",
+                              f"{name!r} is not a provider here; have: "
+                              f"{', '.join(sorted(settings.providers))}")
+        settings = evolve(settings, model_provider=name,
+                          named=settings.named | {"model_provider"})
     settings = _claude_if_asked(settings, flags.get("wire_api"))
     provider = settings.provider
     changes = {k: flags[k] for k in ("base_url", "wire_api") if flags.get(k) is not None}

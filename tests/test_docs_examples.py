@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import os
 import re
+import subprocess
+import sys
 import traceback
 from pathlib import Path
 
@@ -38,18 +40,55 @@ def test_the_api_reference_names_every_public_name() -> None:
     assert sorted(set(subsessions.__all__) - named) == []
 
 
-def test_shell_examples_that_need_a_model_say_so() -> None:
-    """Shell blocks are not run; one that starts sessions (or a cluster, or an npm host)
-    opens with a `# needs ...` comment saying what it needs."""
-    needs = re.compile(r"subsessions (run|batch|mcp|serve|resume)\b|codex |ray start|npx ")
-    silent = []
+def _shell_blocks() -> list[tuple[str, str]]:
+    """Every shell block of the docs and the README: (where, its text)."""
+    found = []
     for page in [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]:
         text = page.read_text(encoding="utf-8")
         for block in re.finditer(r"```(?:sh|bash)\n(.*?)```", text, flags=re.DOTALL):
-            body = block.group(1)
-            if needs.search(body) and not body.lstrip().startswith("# needs"):
-                silent.append(f"{page.name}:{text[:block.start()].count(chr(10)) + 1}")
+            where = f"{page.relative_to(ROOT)}:{text[:block.start()].count(chr(10)) + 1}"
+            found.append((where, block.group(1)))
+    return found
+
+
+SHELL_BLOCKS = _shell_blocks()
+OFFLINE = "--model-provider echo"  # the offline model: such a block runs in the tests
+
+
+def test_shell_examples_that_need_a_model_say_so() -> None:
+    """Shell blocks on the offline model run (below); another one that starts sessions (or
+    a cluster, or an npm host) opens with a `# needs ...` comment saying what it needs."""
+    needs = re.compile(r"subsessions (run|batch|mcp|serve|resume)\b|codex |ray start|npx ")
+    silent = [where for where, body in SHELL_BLOCKS if needs.search(body) and OFFLINE not in
+              body and not body.lstrip().startswith("# needs")]
     assert silent == [], silent
+
+
+@pytest.mark.parametrize(("where", "body"), [b for b in SHELL_BLOCKS if OFFLINE in b[1]],
+                         ids=[w for w, b in SHELL_BLOCKS if OFFLINE in b])
+def test_offline_shell_example(where: str, body: str, tmp_path: Path) -> None:
+    """Run by bash in a fresh folder (its HOME and SUBSESSIONS_HOME), `subsessions` the
+    package under test; its `#>` lines are what it must print, in that order."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "subsessions"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m subsessions "$@"\n')
+    shim.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    env = {**os.environ, "HOME": str(tmp_path), "SUBSESSIONS_HOME": str(home),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                        os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", body], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (where, done.stdout, done.stderr)
+    wanted = [line[3:] for line in body.splitlines() if line.startswith("#> ")]
+    printed = done.stdout.splitlines()
+    at = 0
+    for line in wanted:
+        assert line in printed[at:], (where, line, done.stdout)
+        at = printed.index(line, at) + 1
 
 
 def _marked(example: CodeExample) -> object:

@@ -106,7 +106,7 @@ def settings_from_args(args: argparse.Namespace, home: Path) -> Settings:
     return with_overrides(
         load_settings(home), model=args.model, base_url=args.base_url, wire_api=args.wire_api,
         api_key_env=args.api_key_env, max_depth=args.max_depth, max_children=args.max_children,
-        ray=args.ray,
+        ray=args.ray, model_provider=args.model_provider,
     )
 
 

@@ -36,7 +36,8 @@ from subsessions.tools.context import SANDBOX_MODES
 Guard = Callable[[Awaitable[BatchResult]], Coroutine[Any, Any, tuple[BatchResult | None, int]]]
 BAR_SECONDS = 0.2
 # What a batch's journal keeps of its command line for `--resume` (never a key), by type
-KEPT: dict[str, type] = {"model": str, "base_url": str, "wire_api": str, "api_key_env": str,
+KEPT: dict[str, type] = {"model": str, "model_provider": str, "base_url": str,
+                         "wire_api": str, "api_key_env": str,
                          "max_depth": int, "max_children": int, "ray": str, "sandbox": str,
                          "network": bool}
 DEFAULT_SANDBOX = "workspace-write"

@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--home", type=Path, default=argparse.SUPPRESS, help=home_help)
     model_options = Parser(add_help=False)
     model_options.add_argument("--model", help="model id (config: model)")
+    model_options.add_argument(
+        "--model-provider", metavar="NAME",
+        help="a provider of config.toml's [model_providers] or a built-in: openai, anthropic, "
+        "ollama, vllm, llamacpp, or echo (offline: answers every task with its prompt) "
+        "(config: model_provider)")
     model_options.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. "
                                "http://127.0.0.1:11434/v1")
     model_options.add_argument("--wire-api", choices=("responses", "chat", "anthropic"),

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from subsessions.errors import ConfigError
 from subsessions.settings import Provider, Settings, api_key
 
 if TYPE_CHECKING:  # the SDKs are imported only by commands that talk to a model
-    from subsessions.models.openai_common import OpenAIModel
-    from subsessions.models.routes import ProviderRoutes
+    from subsessions.models.routes import ProviderClient, ProviderRoutes
 
 ANTHROPIC_EXTRA = "pip install 'subsessions[anthropic]'"
 
@@ -20,16 +19,21 @@ def build_model_client(settings: Settings) -> ProviderRoutes:
     one, its client built on first use."""
     from subsessions.models.routes import ProviderRoutes
 
-    def build(provider: Provider) -> OpenAIModel[Any]:
+    def build(provider: Provider) -> ProviderClient:
         return build_provider_client(settings, provider)
 
     return ProviderRoutes(settings, build(settings.provider), build)
 
 
-def build_provider_client(settings: Settings, provider: Provider) -> OpenAIModel[Any]:
-    """One SDK client for `provider` (`AsyncOpenAI` or `AsyncAnthropic`), its retries off."""
+def build_provider_client(settings: Settings, provider: Provider) -> ProviderClient:
+    """One SDK client for `provider` (`AsyncOpenAI` or `AsyncAnthropic`), its retries off;
+    the offline `echo` model for the `echo` wire."""
     from subsessions.models.openai_common import RetryPolicy
 
+    if provider.wire_api == "echo":
+        from subsessions.models.scripted import EchoModel
+
+        return EchoModel()
     retry = RetryPolicy(max_retries=provider.request_max_retries)
     idle = provider.stream_idle_timeout_ms / 1000
     cap = settings.model_max_output_tokens

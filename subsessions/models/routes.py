@@ -11,27 +11,38 @@ key that no session needs is never asked for.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 from attrs import evolve
 
 from subsessions.errors import ConfigError, ModelError
 from subsessions.models.base import ModelRequest, ModelResponse
-from subsessions.models.openai_common import OpenAIModel, respond_with_fallback
+from subsessions.models.openai_common import respond_with_fallback
 from subsessions.settings import Provider, Settings
 
-Build = Callable[[Provider], OpenAIModel[Any]]
+
+class ProviderClient(Protocol):
+    """One provider's client: an SDK's wire (`OpenAIModel`), or the offline `EchoModel`."""
+
+    provider: str
+
+    async def respond_as(self, request: ModelRequest, model: str) -> ModelResponse: ...
+
+    async def aclose(self) -> None: ...
+
+
+Build = Callable[[Provider], ProviderClient]
 
 
 class ProviderRoutes:
     """The engine's provider's client, and the others' built when a model names them."""
 
-    def __init__(self, settings: Settings, default: OpenAIModel[Any],
+    def __init__(self, settings: Settings, default: ProviderClient,
                  build: Build | None = None) -> None:
         self.default = default
         self.provider = default.provider
         self._providers = settings.providers
-        self._clients: dict[str, OpenAIModel[Any]] = {settings.model_provider: default}
+        self._clients: dict[str, ProviderClient] = {settings.model_provider: default}
         self._build = build
 
     def __repr__(self) -> str:
@@ -42,7 +53,7 @@ class ProviderRoutes:
         name, colon, bare = model.partition(":")
         return name if colon and bare and name in self._providers else self.provider
 
-    def route(self, model: str) -> tuple[OpenAIModel[Any], str]:
+    def route(self, model: str) -> tuple[ProviderClient, str]:
         """The client that serves `model`, and the model's id on that provider."""
         name, colon, bare = model.partition(":")
         if not colon or not bare or name not in self._providers:

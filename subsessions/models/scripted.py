@@ -138,3 +138,33 @@ def _estimate_usage(request: ModelRequest, output: tuple[Item, ...]) -> TokenUsa
     seen = len(request.instructions) + sum(len(orjson.dumps(i)) for i in request.items)
     made = sum(len(orjson.dumps(i)) for i in output)
     return TokenUsage(input_tokens=seen // 4 + 1, output_tokens=made // 4 + 1)
+
+
+ECHO = "echo: "
+
+
+class EchoModel(ScriptedModel):
+    """The offline model: `--model-provider echo` answers every task with its latest prompt
+    (`echo: ...`), so `run`, `batch`, `mcp` and `serve` can be tried without a key or a
+    server. Usage is estimated, as for any scripted answer."""
+
+    provider = "echo"
+
+    def __init__(self) -> None:
+        super().__init__(_echo, keep_requests=False)
+
+    async def respond_as(self, request: ModelRequest, model: str) -> ModelResponse:
+        response = await self.respond(request)
+        return ModelResponse(response.output, response.usage, model)
+
+    async def aclose(self) -> None:
+        """Nothing to close: no connection was opened."""
+
+
+def _echo(request: ModelRequest) -> str:
+    for item in reversed(request.items):
+        if item.get("type", "message") == "message" and item.get("role") == "user":
+            content = item.get("content")
+            parts = content if isinstance(content, list) else [{"text": content}]
+            return ECHO + "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+    return ECHO.strip()
