@@ -18,14 +18,14 @@ from subsessions.errors import (
 )
 from subsessions.usage import Usage
 
-MAX_TIMEOUT_MS = 3_600_000  # every wait is clamped to an hour (DESIGN 3.1): see checked_seconds
+MAX_TIMEOUT_MS = 3_600_000  # every wait is clamped to an hour: see checked_seconds
 LAST_MESSAGE_CHARS = 500  # what list_sessions shows of a child's last message
 
 
 class ChildStatus(enum.Enum):
     """A child's state; `word` is what the tools, MCP and the CLI show for it."""
 
-    QUEUED = "queued"  # waiting for a place under max_children (DESIGN 3.11)
+    QUEUED = "queued"  # waiting for a place under max_children
     PENDING = "pending"
     CANCELLING = "cancelling"  # a cancel was delivered; the child is ending its own work
     DONE = "done"
@@ -124,7 +124,7 @@ class ChildInfo:
     answering_model: str  # `model`, or the fallback that answered for it
     last_message: str | None = None  # its last assistant message so far
     budget: Budget | None = None  # its limits, as clamped at spawn (None: none of its own)
-    # a worktree child's `{"path", "branch"}` while its worktree exists (DESIGN 3.13)
+    # a worktree child's `{"path", "branch"}` while its worktree exists
     worktree: dict[str, str] | None = None
 
     @property
@@ -137,7 +137,7 @@ class ChildInfo:
         return f"<subsession_notification>{body}</subsession_notification>"
 
     def listing(self, now: float | None = None) -> dict[str, Any]:
-        """One entry of `list_sessions` (DESIGN 3.1)."""
+        """One entry of `list_sessions`."""
         end = self.ended_at if self.ended_at is not None else (now or time.time())
         last = self.last_message
         return {

@@ -69,7 +69,7 @@ class Hooks:
     on_session_end: HookFn | None = None
     on_error_occurred: HookFn | None = None
     on_spawn: HookFn | None = None  # the root's consent before any child of its tree
-    # DESIGN 3.13, for every child of the tree: its start may add context to its first
+    # For every child of the tree: its start may add context to its first
     # message; its stop may keep it going (`{"decision": "block", "reason": ...}`)
     on_subagent_start: HookFn | None = None
     on_subagent_stop: HookFn | None = None
@@ -103,7 +103,7 @@ SUBSESSION_TOOL_NAMES = frozenset({
 })
 ASK_USER = "ask_user"
 PARENT_MESSAGE = "send_parent_message"
-SUBMIT_RESULT = "submit_result"  # a typed child's answer (DESIGN 3.13)
+SUBMIT_RESULT = "submit_result"  # a typed child's answer
 RESERVED_TOOL_NAMES = SUBSESSION_TOOL_NAMES | {ASK_USER, PARENT_MESSAGE, SUBMIT_RESULT}
 BUILTIN_TOOL_NAMES = ("shell", "apply_patch", "read_file", "list_dir")
 
@@ -168,7 +168,7 @@ class SessionConfig:
     # the model ends its turn while its children run: leave them (notices come next turn),
     # wait for them (and call the model again with their notices), or cancel them
     children_at_turn_end: str = field(default="leave", validator=_turn_end)
-    # how often `on_subagent_stop` may keep one child's task going (DESIGN 3.13)
+    # how often `on_subagent_stop` may keep one child's task going
     max_stop_blocks: int = field(default=3, validator=_non_negative("max_stop_blocks"))
     # a root's: the whole tree's budget; a child's: its own (clamped at spawn)
     budget: Budget | None = field(default=None, validator=_optional(Budget, "budget"))
@@ -185,7 +185,7 @@ class SessionConfig:
     # auto | required | none | a tool's name: what each task's model calls may do until a
     # tool has been called, then auto (the OpenAI Agents SDK's reset_tool_choice)
     tool_choice: str = "auto"
-    # open the engine's control socket (home/control/, DESIGN 3.12) for `subsessions watch`
+    # open the engine's control socket (home/control/) for `subsessions watch`
     control: bool = False
 
     def __attrs_post_init__(self) -> None:
@@ -221,7 +221,7 @@ def derive_config(
     Top-level (no `model`): `base` with the profile's instructions, persona and memory
     appended, its model unless `base` names one, its allowlist and turn limit. For a child
     (`model` is its parent's): a new config with the profile's developer instructions alone
-    (its persona and memory never reach a child's model, DESIGN 3.4) and model,
+    (its persona and memory never reach a child's model) and model,
     `base`'s host tools plus `builtins` (built anew for the child) under the allowlist,
     the parent's cwd and limits.
     """

@@ -35,7 +35,7 @@
     ├── WorkerLost                the shard (Ray actor or node) running a child died
     └── RemoteError               an error in another process (shard or driver), as its text
 
-Messages are built from the fields, so the texts of DESIGN 3.1 live here only.
+Messages are built from the fields, so the error texts the tools show live here only.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ class QueueFull(ChildLimitReached):
 
 
 class SpawnDenied(SubsessionError):
-    """The tree's root's `on_spawn` hook refused a child (DESIGN 3.11)."""
+    """The tree's root's `on_spawn` hook refused a child."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -213,7 +213,7 @@ class SpawnDenied(SubsessionError):
 
 
 class WorktreeUnavailable(SubsessionError):
-    """A worktree child (DESIGN 3.13) cannot be made: no git repository at the parent's
+    """A worktree child cannot be made: no git repository at the parent's
     cwd, no commit to start from, or git failed.
 
     Message: `isolation "worktree" needs a git repository at {cwd}`, or what git said.

@@ -30,7 +30,7 @@ class Provider:
     wire_api: str = "responses"
     request_max_retries: int = 4
     stream_idle_timeout_ms: int = 300_000
-    prompt_cache: bool = True  # the anthropic wire's cache_control breakpoints (DESIGN 3.14)
+    prompt_cache: bool = True  # the anthropic wire's cache_control breakpoints
     stream: bool = True  # false: the anthropic wire asks for whole messages
     thinking_budget_tokens: int = 0  # the anthropic wire's extended thinking; 0: off
 

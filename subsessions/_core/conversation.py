@@ -411,7 +411,7 @@ class Child(Conversation):
 
     @property
     def left_worktree(self) -> Worktree | None:
-        """Its worktree while it exists (DESIGN 3.13)."""
+        """Its worktree while it exists."""
         return None if self.worktree_removed else self.worktree
 
     # -- its tasks -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Host-side dispatch (DESIGN 3.6): children's requests reach the top-level session's handlers.
+"""Host-side dispatch: children's requests reach the top-level session's handlers.
 
 Children are not in the engine's registry. The maps below, kept from the
 `subagent.*` lifecycle, let one `resolve_session` answer for all four request kinds
@@ -279,7 +279,7 @@ class Dispatcher(Generic[H]):
         self, root: Caller, session_id: str, name: str, arguments: dict[str, Any], call_id: str
     ) -> str:
         """A deferred tool's call, answered by `root`'s host (`answer`); `session_id` is the
-        caller's, which may run on another machine (DESIGN 3.8)."""
+        caller's, which may run on another machine."""
         if not root.events.answering:
             raise ToolNotSupported(name)  # nobody could ever answer: do not wait forever
         request_id = f"req_{next(self._request_ids)}"
@@ -321,7 +321,7 @@ def _settle(future: asyncio.Future[str], text: str | None, error: str | None) ->
 def _as_text(name: str, value: Any) -> str:
     if isinstance(value, str):
         return value
-    if value is None:  # a handler that returns nothing gives the model nothing (DESIGN 3.6)
+    if value is None:  # a handler that returns nothing gives the model nothing
         return ""
     try:
         return orjson.dumps(value).decode()

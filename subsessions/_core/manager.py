@@ -166,7 +166,7 @@ class SubsessionManager(ChildBook):
         """Queue a child and return its id at once; it runs in an engine-owned task. Its
         `budget` (with its profile's) is clamped to what this session and the tree have left.
         `fork_turns` ("all", or N >= 1: the last N turns) starts it from a copy of this
-        session's conversation (DESIGN 3.13); None (or "none") from its prompt alone.
+        session's conversation; None (or "none") from its prompt alone.
         `output_schema` (a JSON Schema) makes it a typed child: it answers by calling
         `submit_result` with a value that validates, which `wait_child` returns.
         `isolation="worktree"` (or the profile's) runs it in a git worktree of its own
@@ -238,7 +238,7 @@ class SubsessionManager(ChildBook):
         ))
         runtime.dispatcher.child_started(parent, child, child.call_id or "")
 
-    # -- the queue (DESIGN 3.11) ------------------------------------------------------------
+    # -- the queue ------------------------------------------------------------
     def _enqueue(self, kit: Kit, prompt: str, call_id: str, budget: Budget | None,
                  session_id: str | None = None, *, origin: Origin = NEW) -> str:
         """A spawn beyond max_children: its id now, its task and rollout when a place frees.
@@ -383,10 +383,10 @@ class SubsessionManager(ChildBook):
         inside_workspace: bool = False, call_id: str | None = None,
         output_schema: dict[str, Any] | None = None, fork_turns: int | str | None = None,
     ) -> BatchResult:
-        """One child per item of a CSV or JSONL file (DESIGN 3.11); see `batch/runner.py`.
+        """One child per item of a CSV or JSONL file; see `batch/runner.py`.
         Relative paths are the session's cwd's (with `inside_workspace`, both must lie in
         it). `resume` (a batch id) runs that batch's unfinished items with these limits.
-        `output_schema` makes every item's child typed, `fork_turns` forked (DESIGN 3.13)."""
+        `output_schema` makes every item's child typed, `fork_turns` forked."""
         cwd = Path(self._session.cwd)
         return await batch_planning.run_batch(
             self, self._session.runtime.home, session_type, items_path, prompt, output_path,

@@ -37,7 +37,7 @@ class Origin:
     resume_report: str | None = None  # what resuming or forking read and skipped
     ledger: TreeLedger = LOCAL  # a top-level session's tree is counted elsewhere too
     inbox: tuple[str, ...] = ()  # messages it reads before its next model call
-    output_schema: dict[str, Any] | None = None  # a typed child's (DESIGN 3.13)
+    output_schema: dict[str, Any] | None = None  # a typed child's
     worktree: Worktree | None = None  # a worktree child's checkout (`tools.worktrees`)
 
 

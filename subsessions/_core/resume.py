@@ -149,7 +149,7 @@ def _adopt_children(session: Session, known: list[_Known]) -> None:
 
 
 def queued_spawns(rollout: Rollout) -> list[dict[str, Any]]:
-    """The spawns a session had queued (DESIGN 3.11) that neither started nor were
+    """The spawns a session had queued that neither started nor were
     cancelled before its process ended: each with its id, profile, prompt, call, budget and
     the messages sent to it while it waited."""
     waiting: dict[str, dict[str, Any]] = {}

@@ -37,7 +37,7 @@ DRAIN_SECONDS = 10.0  # how long close waits for tasks before cancelling what is
 
 
 class Backend(Protocol):
-    """Where a session's task runs (DESIGN 3.8). In process (`task.IN_PROCESS`) it runs
+    """Where a session's task runs. In process (`task.IN_PROCESS`) it runs
     here; the Ray backend runs top-level sessions' children on shard actors."""
 
     def run_task(self, host: Any, prompt: str, first: bool) -> Awaitable[str | None]: ...

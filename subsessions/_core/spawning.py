@@ -67,7 +67,7 @@ class Kits:
 
 
 async def consent(parent: Conversation, kit: Kit, prompt: str, budget: Budget | None) -> None:
-    """The tree's root's `on_spawn` hook (DESIGN 3.11): a `deny` answer refuses the
+    """The tree's root's `on_spawn` hook: a `deny` answer refuses the
     spawn; a hook that fails denies with its error's text (consent was not given)."""
     hooks = parent.tree.config.hooks
     hook = hooks.on_spawn if hooks is not None else None
@@ -94,7 +94,7 @@ ISOLATIONS = ("worktree",)
 
 
 def isolation_of(value: object, tool: str) -> str | None:
-    """`isolation` as given (DESIGN 3.13): None (or "none") for the parent's workspace, or
+    """`isolation` as given: None (or "none") for the parent's workspace, or
     "worktree"."""
     if value is None or value == "none":
         return None

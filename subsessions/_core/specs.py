@@ -1,4 +1,4 @@
-"""The definitions of the sub-session tools (DESIGN 3.1), built from a tree's profiles.
+"""The definitions of the sub-session tools, built from a tree's profiles.
 
 Values only: the handlers that run these tools live in `tool_calls/`.
 """
@@ -229,7 +229,7 @@ ASK_USER_SPEC: dict[str, Any] = {
     },
 }
 
-# `send_parent_message` (DESIGN 3.11): offered to children (depth >= 1) whose allowlist
+# `send_parent_message`: offered to children (depth >= 1) whose allowlist
 # admits it; the parent reads the text before its next model call.
 PARENT_MESSAGE_SPEC: dict[str, Any] = {
     "type": "function",

@@ -9,7 +9,7 @@ from subsessions.items import developer_message
 
 
 async def children_at_turn_end(host: Conversation) -> bool:
-    """`children_at_turn_end` (DESIGN 3.11) when the model ends its turn: `wait` for its
+    """`children_at_turn_end` when the model ends its turn: `wait` for its
     running children and tell the model how they (and any that ended unseen) ended in one
     more call (True), `cancel` them (`cancelled_by: parent`), or `leave` them running."""
     policy = host.config.children_at_turn_end

@@ -1,4 +1,4 @@
-"""Typed results (DESIGN 3.13): a child spawned with an `output_schema` answers by calling
+"""Typed results: a child spawned with an `output_schema` answers by calling
 `submit_result` with arguments that validate against it; its result is then that JSON value.
 
 Invalid arguments are answered with what is wrong (at most five errors, each with its path),

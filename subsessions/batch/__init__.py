@@ -1,1 +1,1 @@
-"""Batches (DESIGN 3.11): one sub-session per item of a CSV or JSONL file, journaled."""
+"""Batches: one sub-session per item of a CSV or JSONL file, journaled."""

@@ -79,7 +79,7 @@ class BatchResult:
     journal_path: str
 
     def as_dict(self) -> dict[str, Any]:
-        """The `run_batch` tool's answer (DESIGN 3.11)."""
+        """The `run_batch` tool's answer."""
         return {"batch_id": self.batch_id, "total": self.total, "completed": self.completed,
                 "failed": self.failed, "cancelled": self.cancelled,
                 "output_path": self.output_path,
@@ -246,7 +246,7 @@ class Batch:
             self._freed.set()
 
     def _spawn_options(self) -> dict[str, Any]:
-        """What every item's child is spawned with besides its prompt (DESIGN 3.13)."""
+        """What every item's child is spawned with besides its prompt."""
         options: dict[str, Any] = {}
         if self.output_schema is not None:
             options["output_schema"] = self.output_schema

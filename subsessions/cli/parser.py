@@ -20,7 +20,7 @@ from subsessions.engine.control import CONTROL_HELP
 
 
 class Parser(argparse.ArgumentParser):
-    """A usage mistake is one line on stderr (DESIGN 3.3), not argparse's usage block."""
+    """A usage mistake is one line on stderr, not argparse's usage block."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")

@@ -1,5 +1,5 @@
 """`subsessions worktrees list|clean`: the git worktrees that worktree children left in the
-home (DESIGN 3.13), and removing those whose child has ended.
+home, and removing those whose child has ended.
 
 A child's status comes from its rollout, as `subsessions rollouts` reads it: a worktree
 whose child still runs (or whose rollout cannot be found) is never removed; `clean` keeps

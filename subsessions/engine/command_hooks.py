@@ -1,4 +1,4 @@
-"""`config.toml` command hooks (DESIGN 3.13), as Claude Code runs its own: for MCP hosts and
+"""`config.toml` command hooks, as Claude Code runs its own: for MCP hosts and
 the command line, whose sessions have no Python host to register `Hooks`.
 
 Each `[[hooks.SubagentStart]]` or `[[hooks.SubagentStop]]` command gets the event as JSON on

@@ -51,7 +51,7 @@ class Engine:
     and drained on close, so nothing outlives the engine.
 
     `tracer_provider` (or OpenTelemetry's global one, if set) gets GenAI spans of every
-    task, model call and tool call (DESIGN 3.12); prompts and outputs only with
+    task, model call and tool call; prompts and outputs only with
     `capture_content=True` (None: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`).
     """
 

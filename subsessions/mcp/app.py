@@ -72,7 +72,7 @@ def _text_result(text: str, *, error: bool = False) -> types.CallToolResult:
 
 
 def _child_entry(info: ChildInfo) -> dict[str, Any]:
-    """`list_sessions`' entry (DESIGN 3.1), with the model, a failure's error and the
+    """`list_sessions`' entry, with the model, a failure's error and the
     transcript's URI."""
     entry = {**info.listing(), "model": info.model, "rollout": f"{SCHEME}{info.session_id}"}
     if info.error is not None:

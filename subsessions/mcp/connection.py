@@ -1,8 +1,8 @@
 """One MCP client connection: its top-level session, and the only sessions it may reach.
 
 A connection (stdio: the process's one client; HTTP: one MCP session) sees, waits for,
-cancels and reads only its own parent session and that session's descendants (DESIGN 4,
-"Isolation between hosts"). When it ends, its running children are aborted.
+cancels and reads only its own parent session and that session's descendants (isolation
+between hosts). When it ends, its running children are aborted.
 """
 
 from __future__ import annotations

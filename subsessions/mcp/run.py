@@ -1,6 +1,6 @@
 """`run_session` on MCP: one child run to its end, its last message as the tool result.
 
-`budget` (DESIGN 3.1: null or omitted, or `max_turns` / `max_tokens` / `max_seconds`, each
+`budget` (null or omitted, or `max_turns` / `max_tokens` / `max_seconds`, each
 nullable) is the child's, enforced as `create_session`'s.
 """
 
@@ -20,7 +20,7 @@ Outcome = Literal["completed", "cancelled"]
 
 
 async def start(session: Session, arguments: dict[str, Any], call_id: str) -> str:
-    """Validate the arguments and queue the child; its id. DESIGN 3.1 errors raised."""
+    """Validate the arguments and queue the child; its id; the tools' errors raised."""
     return await subsession_tools.create(session.subsessions, arguments, call_id, NAME)
 
 
@@ -31,7 +31,7 @@ def text_result(text: str, *, error: bool = False,
 
 
 async def outcome(session: Session, child_id: str) -> tuple[Outcome, types.CallToolResult]:
-    """Wait for the child: its last message, or the DESIGN 3.1 error text as an error."""
+    """Wait for the child: its last message, or the tools' error text as an error."""
     manager = session.subsessions
     try:
         message = await manager.wait_child(child_id)

@@ -47,7 +47,7 @@ class Tracked:
 
 
 def plan(session: Session, arguments: dict[str, Any]) -> RunPlan:
-    """The checked call (DESIGN 3.1 errors raised); nothing has started yet."""
+    """The checked call (the tools' errors raised); nothing has started yet."""
     return subsession_tools.parse_run(session.subsessions, arguments)
 
 

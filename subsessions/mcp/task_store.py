@@ -2,7 +2,7 @@
 
 A task id is random (192 bits) and is the only handle on its task. Over stdio each
 connection has its own store, so every other connection gets `unknown task {id}`,
-whether or not the id exists elsewhere (DESIGN 4). Over stateless HTTP there is no
+whether or not the id exists elsewhere. Over stateless HTTP there is no
 connection: one store for the server, where the id is the capability and nothing
 lists it. Such a task lives on a lease (`lease` seconds since the client last asked
 about it), the stateless wire's stand-in for an HTTP session's idle timeout.

@@ -107,7 +107,7 @@ def describe(registry: TaskRegistry, task: McpTask, *, detailed: bool) -> dict[s
 
 async def start(registry: TaskRegistry, session: Session, name: str, arguments: dict[str, Any],
                 call_id: str, release: Callable[[], Awaitable[None]] | None) -> McpTask:
-    """Check the call and start its work as a task; DESIGN 3.1 errors raised."""
+    """Check the call and start its work as a task; the tools' errors raised."""
     if name == run.NAME:
         child_id = await run.start(session, arguments, call_id)
         return registry.start(session, run.outcome(session, child_id), lambda: [child_id],

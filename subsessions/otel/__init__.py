@@ -1,4 +1,4 @@
-"""OpenTelemetry GenAI traces of sessions (DESIGN 3.12, the `[otel]` extra).
+"""OpenTelemetry GenAI traces of sessions (the `[otel]` extra).
 
 This module is what the core imports, and it imports no OpenTelemetry: an engine without a
 tracer provider (none passed, none set globally) gets no tracer, and every call site in the

@@ -1,4 +1,4 @@
-"""The spans of sessions, after OpenTelemetry's GenAI semantic conventions (DESIGN 3.12).
+"""The spans of sessions, after OpenTelemetry's GenAI semantic conventions.
 
 `invoke_agent {session_type}` per task, `chat {model}` per model call and `execute_tool
 {name}` per tool call. Each is the current span while it runs, so a child's task (which

@@ -4,7 +4,7 @@ Layers, later wins by name: the built-ins shipped in this package, then the user
 (`$SUBSESSIONS_HOME/profiles/*.toml`, `~/.codex/agents`, `~/.claude/agents`), then a
 project's (`.subsessions/profiles/*.toml`, `.subsessions/agents/NAME/`, `.codex/agents`,
 `.claude/agents`, `.github/agents`). `base` holds the profile and our TOML files, `layers`
-the order, `peers` and `seed` the other tools' agent files (DESIGN 3.4, 3.13).
+the order, `peers` and `seed` the other tools' agent files.
 """
 
 from subsessions.profiles.base import (

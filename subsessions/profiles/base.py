@@ -1,7 +1,6 @@
 """What a profile is, and our own TOML profile files (strict: a bad file is an error).
 
-The order the layers load in, the peers' agent files among them, is `layers`' (DESIGN 3.4,
-3.13)."""
+The order the layers load in, the peers' agent files among them, is `layers`'."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The order profiles load in, and what `config.toml` says of it (DESIGN 3.13).
+"""The order profiles load in, and what `config.toml` says of it.
 
 Later wins by name: built-ins; the user's folders (ours, then `~/.codex/agents`,
 `~/.claude/agents`); the project's (ours: `.subsessions/profiles` and the seed folders

@@ -1,4 +1,4 @@
-"""The peers' agent files as profiles (DESIGN 3.13): Claude Code's `.claude/agents/*.md`,
+"""The peers' agent files as profiles: Claude Code's `.claude/agents/*.md`,
 Codex's `.codex/agents/*.toml` and Copilot's `.github/agents/*.agent.md`.
 
 Users arrive with these files; rewriting each as our TOML is the chore this removes. The

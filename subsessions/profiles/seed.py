@@ -1,7 +1,7 @@
-"""A seed's agent folder, `.subsessions/agents/NAME/` (DESIGN 3.13): `AGENTS.md` the
+"""A seed's agent folder, `.subsessions/agents/NAME/`: `AGENTS.md` the
 instructions (optional front matter as in Claude Code's files), `SOUL.md` the persona and
 `MEMORY.md` the memory. Persona and memory land in the profile's own fields, so they follow
-DESIGN 3.4 as a TOML profile's do: a top-level session gets them, a child never does."""
+the same rule as a TOML profile's do: a top-level session gets them, a child never does."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scale-out on Ray (DESIGN 3.8): `RayBackend` runs top-level sessions' children on shard
+"""Scale-out on Ray: `RayBackend` runs top-level sessions' children on shard
 actors. Nothing here imports Ray until a backend starts; `pip install 'subsessions[ray]'`."""
 
 from subsessions.ray.backend import RayBackend

@@ -1,4 +1,4 @@
-"""RayBackend: top-level sessions' children run on shard actors (DESIGN 3.8).
+"""RayBackend: top-level sessions' children run on shard actors.
 
 The parent keeps an ordinary `Child` as the proxy of each remote child: its life (status),
 its rollout's head (written here, so the parent's line naming it never comes first), its

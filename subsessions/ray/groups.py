@@ -1,4 +1,4 @@
-"""Grouped dispatch: children on their way to one shard travel together (DESIGN 3.8, 3.11).
+"""Grouped dispatch: children on their way to one shard travel together.
 
 One actor call per child cost the driver most of its time per remote child. Each shard has
 one `Launcher` instead: children placed there join its queue, and while one group is on its

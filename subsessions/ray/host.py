@@ -1,4 +1,4 @@
-"""The driver's side of host dispatch across the cluster (DESIGN 3.6, 3.8).
+"""The driver's side of host dispatch across the cluster.
 
 A remote child's calls of host tools, deferred tools, permission requests, hooks, user input
 (and model calls, when the model stays in the driver) arrive as requests from its shard and

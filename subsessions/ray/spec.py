@@ -1,4 +1,4 @@
-"""A remote child's spec (DESIGN 3.8): what of a child and its root travels to a shard
+"""A remote child's spec: what of a child and its root travels to a shard
 with it; the root's callables stay here and are named (hooks, handlers) instead."""
 
 from __future__ import annotations

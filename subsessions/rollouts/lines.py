@@ -44,7 +44,7 @@ _EMPTY = b""  # every empty recorder's buffer
 
 
 class RolloutRecorder:
-    """One session's rollout: buffered lines in the envelope of DESIGN 3.5.
+    """One session's rollout: buffered lines in the Codex rollout envelope.
 
     The buffer is one bytearray: orjson's output objects carry kilobytes of spare
     capacity, so holding them until a flush would cost far more than the lines. An empty

@@ -1,7 +1,7 @@
 """The payloads of the rollout lines a session writes, built in one place.
 
 Sessions call these and hand the result to their recorder; the shapes are the ones the
-real Codex CLI (0.169) reads back (DESIGN 3.5, docs/codex-rollouts.md), decided here alone.
+real Codex CLI (0.169) reads back (docs/codex-rollouts.md), decided here alone.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def cancelled(turn_id: str, started: float, by: str) -> list[dict[str, Any]]:
 def budget_limited(
     turn_id: str, started: float, kind: str, limit: float, message: str
 ) -> list[dict[str, Any]]:
-    """Stopped by a budget (DESIGN 3.1): `turn_aborted(budget_limited)` with the limit
+    """Stopped by a budget: `turn_aborted(budget_limited)` with the limit
     reached (`kind`: turns, tokens, seconds) and our error text."""
     return [{**_timed("turn_aborted", turn_id, started), "reason": "budget_limited",
              "limit": {"kind": kind, "max": limit}, "message": message}]

@@ -1,4 +1,4 @@
-"""`subsessions serve`: the GitHub Copilot CLI runtime protocol over our engine (DESIGN 3.10)."""
+"""`subsessions serve`: the GitHub Copilot CLI runtime protocol over our engine."""
 
 import logging
 

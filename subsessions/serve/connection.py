@@ -1,7 +1,7 @@
 """One host connection: the Copilot runtime's JSON-RPC methods over one engine.
 
 A connection sees, drives and deletes only the sessions it created or resumed, and names
-them by full id only (`access`, the wires' one rule; DESIGN 4,
+them by full id only (`access`, the wires' one rule:
 isolation between hosts); when it goes away, they are closed and their running trees
 cancelled. With a connection token (TCP), nothing but `connect` and `ping` is served
 before `connect` has presented it.

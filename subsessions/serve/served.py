@@ -9,7 +9,7 @@ the wire has is added here: `session.start` at creation, `user.message` with the
 Messages run one at a time in the order sent (`session.send` queues); `session.abort`
 cancels the running one (its tree with it: the rollouts end as cancels) and drops the
 queued ones. The host's permission handler, hooks and user-input handler are JSON-RPC
-calls back to the host, made for this session and every descendant (DESIGN 3.6).
+calls back to the host, made for this session and every descendant.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`subsessions serve`: the runtime process a Copilot SDK host launches (DESIGN 3.10).
+"""`subsessions serve`: the runtime process a Copilot SDK host launches.
 
     subsessions serve [--home DIR] [model options] --stdio   # what the SDKs' for_stdio runs
     subsessions serve [...] --port N                         # 127.0.0.1:N (0: any free port)

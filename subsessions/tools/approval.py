@@ -15,8 +15,8 @@ apply_patch: writes inside the writable roots go ahead; under `never` others are
 under `on-request` they are asked for; `untrusted` asks for every patch.
 
 Asking calls `ToolContext.ask_permission(request)`, which returns a permission result
-kind of DESIGN 3.6 (`approved`, or a `denied-...` kind). Without it, or when it fails, the
-answer is `denied-no-approval-rule-and-could-not-request-from-user`.
+kind (`approved`, or a `denied-...` kind). Without it, or when it fails, the answer is
+`denied-no-approval-rule-and-could-not-request-from-user`.
 """
 
 from __future__ import annotations

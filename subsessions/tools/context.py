@@ -23,8 +23,8 @@ PERMISSION_KINDS = frozenset({
 
 
 def permission_kind(answer: Any) -> str:
-    """A permission handler's answer (a kind, or `{"kind": ...}`) as one of DESIGN 3.6's
-    result kinds; anything else denies. The one normalisation of permission answers."""
+    """A permission handler's answer (a kind, or `{"kind": ...}`) as one of the
+    permission result kinds; anything else denies. The one normalisation of permission answers."""
     kind = answer.get("kind") if isinstance(answer, dict) else answer
     return kind if kind in PERMISSION_KINDS else NO_APPROVAL
 
@@ -84,7 +84,7 @@ class ToolContext:
                               self.exclude_tmpdir_env_var, self.exclude_slash_tmp)
 
     def for_child(self) -> ToolContext:
-        """The same workspace and sandbox, approvals forced non-interactive (DESIGN 4)."""
+        """The same workspace and sandbox, approvals forced non-interactive."""
         return attrs.evolve(self, approval="never", ask_permission=None)
 
 

@@ -112,7 +112,7 @@ def to_chat_tool(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def fork_turns_of(value: object, tool: str) -> int | str | None:
-    """`fork_turns` as given (DESIGN 3.13): None for an isolated child, "all", or N >= 1."""
+    """`fork_turns` as given: None for an isolated child, "all", or N >= 1."""
     if value is None or value == "none":
         return None
     if value == "all" or (type(value) is int and value >= 1):
@@ -122,7 +122,7 @@ def fork_turns_of(value: object, tool: str) -> int | str | None:
 
 
 def check_output_schema(schema: object, tool: str) -> dict[str, Any] | None:
-    """`output_schema` as given (DESIGN 3.13): None, or a JSON Schema object its metaschema
+    """`output_schema` as given: None, or a JSON Schema object its metaschema
     accepts (`jsonschema` is imported only for one)."""
     if schema is None:
         return None

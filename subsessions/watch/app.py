@@ -114,7 +114,7 @@ class WatchApp(App[None]):
         self._cells[row.stats.key] = (seen, cells)
         return cells
 
-    # -- control: c cancels, m sends a message (the engine's socket, DESIGN 3.12) ---------
+    # -- control: c cancels, m sends a message (the engine's socket) ------------------
     def _selected(self) -> tuple[str, str] | None:
         """The selected session's id and short id; None (and a note) when there is none."""
         key = self.query_one(SessionTable).selected

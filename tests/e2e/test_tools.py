@@ -449,9 +449,11 @@ async def test_tool_schemas(engine: Engine, script: Script) -> None:
             assert params["additionalProperties"] is False
             assert set(params["required"]) == set(params["properties"])
         create_props = specs["create_session"]["parameters"]["properties"]
-        # DESIGN 3.1, and 3.13's fork_turns and output_schema (required-nullable, as budget)
+        # DESIGN 3.1, and 3.13's fork_turns, output_schema and isolation (required-nullable,
+        # as budget)
         assert set(create_props) == {"session_type", "prompt", "budget", "fork_turns",
-                                     "output_schema"}
+                                     "output_schema", "isolation"}
+        assert create_props["isolation"]["enum"] == ["none", "worktree", None]
         assert create_props["budget"]["type"] == ["object", "null"]
         assert set(create_props["budget"]["required"]) == {
             "max_turns", "max_tokens", "max_seconds"}

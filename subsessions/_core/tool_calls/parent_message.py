@@ -1,4 +1,4 @@
-"""`send_parent_message`: a child writes to the session that spawned it (DESIGN 3.11).
+"""`send_parent_message`: a child writes to the session that spawned it.
 
 An idle top-level parent that wakes on its children (`wake_on_child_end` or
 `wake_on_message`) starts a turn on the message.

@@ -1,4 +1,4 @@
-"""Running the model-callable sub-session tools (DESIGN 3.1) against a session's manager."""
+"""Running the model-callable sub-session tools against a session's manager."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _dump(value: Any) -> str:
 
 async def call(manager: SubsessionManager, name: str, raw: str, call_id: str) -> str:
     """Run one of the sub-session tools for `manager`'s session; errors are raised with
-    DESIGN 3.1 texts."""
+    tools' error texts."""
     return await call_parsed(manager, name, parse_arguments(name, raw), call_id)
 
 
@@ -55,7 +55,7 @@ async def call_parsed(
     if name == "wait_session":
         timeout_ms = int(arguments["timeout_ms"])  # clamped where every wait is (waits.py)
         result = await manager.wait_child_ms(session_id, timeout_ms)
-        worktree = manager.info(session_id).worktree  # the one it left (DESIGN 3.13)
+        worktree = manager.info(session_id).worktree  # the one it left
         return _dump({"result": result} if worktree is None else
                      {"result": result, "worktree": worktree})
     cancelled = await manager.cancel_child(session_id)
@@ -94,7 +94,7 @@ async def create(
 
 
 async def run_batch(manager: SubsessionManager, arguments: dict[str, Any], call_id: str) -> str:
-    """`run_batch` (DESIGN 3.11): both paths inside the workspace; a refusal is a tool error
+    """`run_batch`: both paths inside the workspace; a refusal is a tool error
     of one line, and a bad item only fails that item."""
     profiles = manager.profiles()
     schema = batch_schema(list(profiles))
@@ -122,7 +122,7 @@ async def run_batch(manager: SubsessionManager, arguments: dict[str, Any], call_
 
 
 def list_sessions(manager: SubsessionManager) -> dict[str, Any]:
-    """`list_sessions`: every child of this session, oldest first (DESIGN 3.1)."""
+    """`list_sessions`: every child of this session, oldest first."""
     return {"sessions": [info.listing() for info in manager.children()]}
 
 
@@ -165,7 +165,7 @@ def _run_task(task: dict[str, Any]) -> waits.RunTask:
 
 
 def parse_run(manager: SubsessionManager, arguments: dict[str, Any]) -> RunPlan:
-    """`run_sessions` arguments checked (DESIGN 3.1 errors raised) before anything starts."""
+    """`run_sessions` arguments checked (the tools' errors raised) before anything starts."""
     profiles = manager.profiles()
     schema = run_schema(list(profiles))
     item = schema["properties"]["tasks"]["items"]

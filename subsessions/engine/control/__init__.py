@@ -1,4 +1,4 @@
-"""The control socket (DESIGN 3.12): an engine opened with `SessionConfig(control=True)`
+"""The control socket: an engine opened with `SessionConfig(control=True)`
 listens on a 0600 unix socket under `home/control/`, answering JSON-RPC 2.0 lines from its
 own user only (`sessions.list`, `sessions.cancel`, `sessions.send`); `subsessions watch`
 finds it there.
