@@ -53,19 +53,24 @@ def _shell_blocks() -> list[tuple[str, str]]:
 
 SHELL_BLOCKS = _shell_blocks()
 OFFLINE = "--model-provider echo"  # the offline model: such a block runs in the tests
+MARKED = "# offline"  # and so does a block that opens with this comment (no model at all)
+
+
+def _runs(body: str) -> bool:
+    return OFFLINE in body or body.lstrip().startswith(MARKED)
 
 
 def test_shell_examples_that_need_a_model_say_so() -> None:
     """Shell blocks on the offline model run (below); another one that starts sessions (or
     a cluster, or an npm host) opens with a `# needs ...` comment saying what it needs."""
     needs = re.compile(r"subsessions (run|batch|mcp|serve|resume)\b|codex |ray start|npx ")
-    silent = [where for where, body in SHELL_BLOCKS if needs.search(body) and OFFLINE not in
-              body and not body.lstrip().startswith("# needs")]
+    silent = [where for where, body in SHELL_BLOCKS if needs.search(body) and not _runs(body)
+              and not body.lstrip().startswith("# needs")]
     assert silent == [], silent
 
 
-@pytest.mark.parametrize(("where", "body"), [b for b in SHELL_BLOCKS if OFFLINE in b[1]],
-                         ids=[w for w, b in SHELL_BLOCKS if OFFLINE in b])
+@pytest.mark.parametrize(("where", "body"), [b for b in SHELL_BLOCKS if _runs(b[1])],
+                         ids=[w for w, b in SHELL_BLOCKS if _runs(b)])
 def test_offline_shell_example(where: str, body: str, tmp_path: Path) -> None:
     """Run by bash in a fresh folder (its HOME and SUBSESSIONS_HOME), `subsessions` the
     package under test; its `#>` lines are what it must print, in that order."""
