@@ -199,8 +199,8 @@ class SubsessionManager(ChildBook):
             prompt: the child's task.
             call_id: the tool call that spawned it, which its events name. None: one is
                 made.
-            budget: limits of its own, added to its profile's and clamped to what this
-                session and the tree have left.
+            budget: limits of its own: with its profile's, the tighter of each applies,
+                clamped to what this session and the tree have left.
             fork_turns: "all", or N >= 1 (the last N turns): it starts from a copy of this
                 session's conversation. None (or "none"): from its prompt alone.
             output_schema: a JSON Schema that makes it a typed child: it answers by
@@ -533,11 +533,11 @@ class SubsessionManager(ChildBook):
 
         Args:
             session_type: the profile every item's child runs.
-            items_path: the CSV or JSONL input, one item a row or line. Relative to this
-                session's cwd.
-            prompt: the prompt template, filled from each item's fields.
-            output_path: where the results go (CSV or JSONL, by its suffix). Relative to
+            items_path: the `.csv` or `.jsonl` input, one item a row or line. Relative to
                 this session's cwd.
+            prompt: the prompt template: `{name}` stands for the item's field `name`.
+            output_path: where the results go: a `.csv` or `.jsonl` file. Relative to this
+                session's cwd.
             max_concurrency: children running at once, at least 1.
             budget: limits for each item's child.
             resume: a batch id: run that batch's unfinished items again, with this call's
@@ -622,7 +622,8 @@ class SubsessionManager(ChildBook):
         return pending
 
     async def send_message(self, session_id: str, message: str) -> str:
-        """Send a child a message: read at once, or as the prompt of a follow-up task.
+        """Send a child a message, which its running task reads or a follow-up task takes
+        as its prompt.
 
         Args:
             session_id: the child's id.

@@ -154,7 +154,7 @@ class Engine:
 
     @property
     def profiles(self) -> Mapping[str, LoadedProfile]:
-        """The profiles loaded when the engine was made, by name (a session's
+        """The profiles the engine was given or loaded, by name (a session's
         `custom_agents` add to them for its own tree only)."""
         return self._runtime.profiles
 
@@ -240,6 +240,7 @@ class Engine:
                 already; resume it instead.
             UnknownSessionType: `profile` names no loaded profile nor one of the config's
                 `custom_agents`.
+            ConfigError: the config names MCP servers but the MCP SDK is not installed.
             ControlUnavailable: the config asks for a control socket (`control=True`) and
                 it cannot be opened.
         """
