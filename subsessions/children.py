@@ -83,6 +83,8 @@ class Cancelled:
 PENDING = Pending()
 CANCELLED = Cancelled()  # frozen: every cancelled child can share this one
 ChildState = Pending | Done | Failed | Cancelled
+"""A child's state as a value: `Pending` while it runs or waits queued, else its one
+ending (`Done`, `Failed` or `Cancelled`)."""
 Ending = Done | Failed | Cancelled
 STATUS_OF = {Pending: ChildStatus.PENDING, Done: ChildStatus.DONE, Failed: ChildStatus.FAILED,
              Cancelled: ChildStatus.CANCELLED}
@@ -109,7 +111,26 @@ def on_disk(outcome: Ending, unwritten: Exception | None) -> Ending:
 
 @frozen
 class ChildInfo:
-    """A snapshot of one child, for listings."""
+    """A snapshot of one child, as `info`, `children` and the waits report it; it does not
+    change as the child goes on.
+
+    Attributes:
+        session_id: the child's id.
+        session_type: the profile it runs (`custom` for a `SessionConfig` child).
+        status: its state when the snapshot was taken.
+        model: the model it was spawned on.
+        result: when done, its last assistant message (a typed child's value); when
+            failed, its last message so far; else None.
+        error: when failed, why (e.g. `budget exhausted: tokens limit 2000 reached`).
+        started_at: when it started, in Unix seconds.
+        ended_at: when it ended, in Unix seconds; None while it runs.
+        rollout_path: its rollout file.
+        usage: what it spent (its own, not its children's).
+        answering_model: the model that answered last: `model`, or a fallback.
+        last_message: its last assistant message so far.
+        budget: its limits as clamped at spawn; None if it has none of its own.
+        worktree: a worktree child's `{"path", "branch"}` while the worktree exists.
+    """
 
     session_id: str
     session_type: str
@@ -129,6 +150,7 @@ class ChildInfo:
 
     @property
     def duration_ms(self) -> int | None:
+        """How long it ran, in milliseconds; None while it runs."""
         return None if self.ended_at is None else round((self.ended_at - self.started_at) * 1000)
 
     def notice(self) -> str:
@@ -202,7 +224,14 @@ class RunResult:
 
 @frozen
 class WaitResult:
-    """What `wait_any` / `wait_all` saw: every named child, and whether time ran out."""
+    """What `wait_any` / `wait_all` saw: every named child, and whether time ran out.
+
+    Attributes:
+        children: a snapshot of each named child of the session, by id.
+        unknown: the named ids that are no child of the session.
+        timed_out: the timeout passed before the wait was satisfied (one child ended for
+            `wait_any`, every one for `wait_all`).
+    """
 
     children: dict[str, ChildInfo]
     unknown: tuple[str, ...]

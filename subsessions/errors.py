@@ -101,7 +101,14 @@ class ChildTimeout(SubsessionError, TimeoutError):
 
 
 class StillRunning(SubsessionError, TimeoutError):
-    """`send_and_wait(timeout=...)` stopped waiting; the task goes on."""
+    """`send_and_wait(timeout=...)` stopped waiting; the task goes on. Also a `TimeoutError`.
+
+    Message: `session {id} is still running after {timeout}s; its task goes on`.
+
+    Attributes:
+        session_id: the session's id.
+        timeout: the wait's timeout, in seconds.
+    """
 
     def __init__(self, session_id: str, timeout: float) -> None:
         self.session_id = session_id
@@ -205,7 +212,13 @@ class QueueFull(ChildLimitReached):
 
 
 class SpawnDenied(SubsessionError):
-    """The tree's root's `on_spawn` hook refused a child."""
+    """The tree's root's `on_spawn` hook refused a child (or failed: consent was not given).
+
+    Message: `spawn denied: {reason}`.
+
+    Attributes:
+        reason: the hook's `reason`, or its error's text.
+    """
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -282,7 +295,14 @@ class OutputMismatch(SubsessionError):
 
 
 class BudgetExhausted(SubsessionError):
-    """A budget limit was reached: `kind` is turns, tokens or seconds."""
+    """A budget limit was reached (a session's own, or one of an ancestor's or the tree's).
+
+    Message: `budget exhausted: {kind} limit {limit} reached`.
+
+    Attributes:
+        kind: `turns`, `tokens` or `seconds`.
+        limit: the limit that was reached (model calls, tokens or seconds).
+    """
 
     def __init__(self, kind: str, limit: float) -> None:
         self.kind = kind

@@ -59,7 +59,7 @@ class Conversation(SessionState):
 
     @property
     def subsessions(self) -> SubsessionManager:
-        """Its children. Made on first use: most children never have any."""
+        """Its children: spawn, wait for, message and cancel them here."""
         extras = self.extras
         manager = extras.subsessions
         if manager is None:
@@ -110,12 +110,28 @@ class Conversation(SessionState):
 
     # -- listeners --------------------------------------------------------------------------
     def on(self, handler: EventHandler) -> Callable[[], None]:
-        """Call `handler` with each event of this session and its descendants."""
+        """Call `handler` with each event of this session and its descendants.
+
+        Args:
+            handler: called with each `SessionEvent` as it happens, in the engine's event
+                loop, so it must not block; an exception it raises is logged and ignored.
+
+        Returns:
+            A function that unsubscribes `handler`.
+        """
         return self.events.on(handler)
 
     def event_stream(self) -> EventStream:
         """This session's events (its descendants' included) from now until it closes.
-        Only a stream being read can answer deferred tools; drop it or `aclose()` it to stop."""
+
+        Iterate it with `async for`; it ends when the session is destroyed or the engine
+        closes. A stream counts as a host that can answer deferred tools only once it is
+        being read (a deferred call nobody could answer fails at once). Drop it or
+        `aclose()` it to stop listening.
+
+        Returns:
+            A new stream of `SessionEvent`s.
+        """
         return self.events.stream()
 
     # -- children ---------------------------------------------------------------------------

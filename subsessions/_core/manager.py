@@ -78,13 +78,24 @@ class ChildBook:
         return record
 
     def status(self, session_id: str) -> ChildStatus:
+        """A child's state now (queued, pending, cancelling, done, failed or cancelled).
+
+        Raises:
+            UnknownSession: `session_id` is not a child of this session.
+        """
         return self._lookup(session_id).status
 
     def info(self, session_id: str) -> ChildInfo:
+        """A snapshot of a child: its state, result or error, usage and rollout.
+
+        Raises:
+            UnknownSession: `session_id` is not a child of this session.
+        """
         return self._lookup(session_id).info()
 
     def children(self) -> list[ChildInfo]:
-        """Every child of this session, oldest first."""
+        """A snapshot of every child of this session (its own, not grandchildren), oldest
+        first. A batch's children are not kept once their endings are journaled."""
         return [child.info() for child in self._children.values()]
 
     def forget(self, session_id: str) -> None:
@@ -136,13 +147,26 @@ class SubsessionManager(ChildBook):
 
     # -- profiles and tool definitions ------------------------------------------------------
     def profiles(self) -> dict[str, Profile]:
-        """The profiles children of this tree can be spawned from, by name."""
+        """The profiles children of this tree can be spawned from, by name: the engine's,
+        with the root's `custom_agents` added."""
         return self._session.tree.profiles()
 
     def tool_definitions(self, agent: str | Profile) -> list[dict[str, Any]]:
-        """The definitions (name, description, parameters) of this session's tools that an
-        agent's allowlist admits, in allowlist order: what that agent's model is told.
-        Nothing for an agent without an allowlist: it sees the session's whole list anyway."""
+        """The definitions of this session's tools (the host's and MCP servers', not the
+        engine's own) that an agent's allowlist admits.
+
+        Args:
+            agent: a profile, or a profile's name.
+
+        Returns:
+            One `{"name", "description", "parameters"}` dict per tool, in allowlist order:
+            what that agent's model is told. Empty for an agent without an allowlist (it
+            gets the session's whole list).
+
+        Raises:
+            UnknownSessionType: `agent` names no profile of this tree.
+            InvalidArguments: `agent` is not a profile name or a `Profile`.
+        """
         profile = self._kits.get(agent).profile
         if profile is None or profile.tools is None:
             return []
@@ -163,14 +187,46 @@ class SubsessionManager(ChildBook):
         output_schema: dict[str, Any] | None = None,
         isolation: str | None = None,
     ) -> str:
-        """Queue a child and return its id at once; it runs in an engine-owned task. Its
-        `budget` (with its profile's) is clamped to what this session and the tree have left.
-        `fork_turns` ("all", or N >= 1: the last N turns) starts it from a copy of this
-        session's conversation; None (or "none") from its prompt alone.
-        `output_schema` (a JSON Schema) makes it a typed child: it answers by calling
-        `submit_result` with a value that validates, which `wait_child` returns.
-        `isolation="worktree"` (or the profile's) runs it in a git worktree of its own
-        (`WorktreeUnavailable` outside a git repository)."""
+        """Start a child and return its id at once; it runs in a task the engine owns.
+
+        Beyond the tree's `max_children` running children it waits in the tree's queue
+        (status `queued`) and starts when a place frees, up to `max_queued` waiting spawns.
+        The root's `on_spawn` hook is asked first.
+
+        Args:
+            profile: the profile (or its name) the child runs, or a `SessionConfig` used
+                as given.
+            prompt: the child's task.
+            call_id: the tool call that spawned it, which its events name. None: one is
+                made.
+            budget: limits of its own: with its profile's, the tighter of each applies,
+                clamped to what this session and the tree have left.
+            fork_turns: "all", or N >= 1 (the last N turns): it starts from a copy of this
+                session's conversation. None (or "none"): from its prompt alone.
+            output_schema: a JSON Schema that makes it a typed child: it answers by
+                calling `submit_result` with a value that validates, which `wait_child`
+                returns.
+            isolation: "worktree" runs it in a git worktree of its own, on a branch of its
+                own. None (or "none"): the profile's choice, else this session's workspace.
+
+        Returns:
+            The child's session id.
+
+        Raises:
+            InvalidArguments: `prompt` is empty, or `budget`, `fork_turns`,
+                `output_schema`, `isolation` or `profile` is malformed (`isolation` needs
+                a profile, not a `SessionConfig`).
+            UnknownSessionType: `profile` names no profile of this tree.
+            EngineClosed: the engine is closed or closing.
+            SessionBusy: this session is a child that has ended.
+            SpawnDenied: the root's `on_spawn` hook refused (or failed).
+            DepthLimitReached: this session is at the tree's `max_depth`.
+            ChildLimitReached: `max_children` already run and spawns may not queue
+                (`max_queued=0`).
+            QueueFull: `max_children` run and `max_queued` spawns already wait.
+            WorktreeUnavailable: a worktree child outside a git repository or with no
+                commit to start from, or git is missing or failed.
+        """
         fork_turns = fork_turns_of(fork_turns, "spawn_child")
         output_schema = check_schema(output_schema, "spawn_child")
         isolation = isolation_of(isolation, "spawn_child")
@@ -342,8 +398,28 @@ class SubsessionManager(ChildBook):
     def wait_child(
         self, session_id: str, timeout: float | None = None
     ) -> Coroutine[Any, Any, Any]:
-        """The child's last assistant message. `None` waits forever, `<= 0` does not wait.
-        (A coroutine, as `async def` would give, without a frame of its own.)"""
+        """Wait for a child to end and return its answer.
+
+        A wait that ends early (its timeout, or its caller cancelled) leaves the child
+        running. Every error is raised when the returned coroutine is awaited.
+
+        Args:
+            session_id: the child's id.
+            timeout: seconds to wait, at most an hour (a longer one is cut to an hour).
+                None: wait until it ends; 0 or less: do not wait.
+
+        Returns:
+            Its last assistant message (None if it wrote none), or a typed child's
+            validated value.
+
+        Raises:
+            UnknownSession: `session_id` is not a child of this session.
+            InvalidArguments: `timeout` is not a number of seconds.
+            ChildNotFinished: `timeout` is 0 or less and the child still runs.
+            ChildTimeout: the timeout passed first. Also a `TimeoutError`.
+            ChildFailed: the child ended with an error (its `error` says which).
+            ChildCancelled: the child was cancelled.
+        """
         return waits.wait_child(self._lookup, session_id, timeout)
 
     def wait_child_ms(
@@ -353,11 +429,42 @@ class SubsessionManager(ChildBook):
         return waits.wait_child_ms(self._lookup, session_id, timeout_ms)
 
     async def wait_any(self, session_ids: list[str], timeout: float | None = None) -> WaitResult:
-        """Return once one of the children has ended (with all that ended by then)."""
+        """Wait until one of the named children has ended.
+
+        Args:
+            session_ids: the children's ids; an id that is no child of this session is
+                reported in the result's `unknown`, not raised.
+            timeout: seconds to wait, at most an hour. None: no limit; 0 or less: look
+                without waiting.
+
+        Returns:
+            A snapshot of every named child of this session (all that ended by then
+            included), with `timed_out` set if none had ended when the timeout passed.
+            With no named child known it returns at once.
+
+        Raises:
+            InvalidArguments: `session_ids` is not a list of ids, or `timeout` is not a
+                number of seconds.
+        """
         return await waits.wait_many(self._children, session_ids, timeout, every=False)
 
     async def wait_all(self, session_ids: list[str], timeout: float | None = None) -> WaitResult:
-        """Return once every child has ended, or at the timeout with what has ended so far."""
+        """Wait until every named child has ended, or the timeout passes.
+
+        Args:
+            session_ids: the children's ids; an id that is no child of this session is
+                reported in the result's `unknown`, not raised.
+            timeout: seconds to wait, at most an hour. None: no limit; 0 or less: look
+                without waiting.
+
+        Returns:
+            A snapshot of every named child of this session, with `timed_out` set if some
+            still ran when the timeout passed (they go on running).
+
+        Raises:
+            InvalidArguments: `session_ids` is not a list of ids, or `timeout` is not a
+                number of seconds.
+        """
         return await waits.wait_many(self._children, session_ids, timeout, every=True)
 
     # -- composition ------------------------------------------------------------------------
@@ -365,15 +472,49 @@ class SubsessionManager(ChildBook):
         self, tasks: list[waits.RunTask], timeout: float | None = None,
         *, call_id: str | None = None,
     ) -> RunResult:
-        """Spawn every task at once; results in task order (pending ones on timeout)."""
+        """Spawn every task at once and wait for all of them.
+
+        A task that cannot be spawned (a limit, an unknown profile) fails alone: its step
+        has no child and says why, and the others run.
+
+        Args:
+            tasks: `(profile, prompt)` pairs, or `(profile, prompt, options)` with
+                `fork_turns` and `output_schema` options as `spawn_child` takes them.
+            timeout: seconds to wait for them, at most an hour. None: no limit.
+            call_id: the tool call that ran them, which their events name.
+
+        Returns:
+            One step per task, in task order; on timeout `timed_out` is set and the
+            children still running go on (their steps show them running).
+
+        Raises:
+            InvalidArguments: `tasks` is malformed, or `timeout` is not a number of
+                seconds.
+        """
         return await waits.run_parallel(self, tasks, timeout, call_id=call_id)
 
     async def run_chain(
         self, tasks: list[waits.RunTask], timeout: float | None = None,
         *, call_id: str | None = None,
     ) -> RunResult:
-        """Run tasks one after another, `{previous}` in a prompt being the last result;
-        stop at the first step that does not complete."""
+        """Run tasks one after another, each prompt's `{previous}` replaced by the last
+        step's result (a typed step's as JSON).
+
+        Args:
+            tasks: `(profile, prompt)` pairs, or `(profile, prompt, options)` with
+                `fork_turns` and `output_schema` options as `spawn_child` takes them.
+            timeout: seconds for the whole chain, at most an hour. None: no limit.
+            call_id: the tool call that ran them, which their events name.
+
+        Returns:
+            The steps that ran. The chain stops at the first step that cannot be
+            spawned, does not complete, or is still running at the timeout (that child goes
+            on); `failed_step` is its index and `timed_out` says whether time ran out.
+
+        Raises:
+            InvalidArguments: `tasks` is malformed, or `timeout` is not a number of
+                seconds.
+        """
         return await waits.run_chain(self, tasks, timeout, call_id=call_id)
 
     async def run_batch(
@@ -383,10 +524,41 @@ class SubsessionManager(ChildBook):
         inside_workspace: bool = False, call_id: str | None = None,
         output_schema: dict[str, Any] | None = None, fork_turns: int | str | None = None,
     ) -> BatchResult:
-        """One child per item of a CSV or JSONL file; see `batch/runner.py`.
-        Relative paths are the session's cwd's (with `inside_workspace`, both must lie in
-        it). `resume` (a batch id) runs that batch's unfinished items with these limits.
-        `output_schema` makes every item's child typed, `fork_turns` forked."""
+        """Run one child per item of a CSV or JSONL file, writing each result to an output
+        file.
+
+        The batch is checked whole before anything runs, and journaled under the home's
+        `batches/`, so an interrupted one can be resumed. Children that end are not kept
+        in `children()`.
+
+        Args:
+            session_type: the profile every item's child runs.
+            items_path: the `.csv` or `.jsonl` input, one item a row or line. Relative to
+                this session's cwd.
+            prompt: the prompt template: `{name}` stands for the item's field `name`.
+            output_path: where the results go: a `.csv` or `.jsonl` file. Relative to this
+                session's cwd.
+            max_concurrency: children running at once, at least 1.
+            budget: limits for each item's child.
+            resume: a batch id: run that batch's unfinished items again, with this call's
+                `max_concurrency` and `budget` (the journal's budget when None); the other
+                arguments are the journal's.
+            inside_workspace: both paths must lie inside this session's cwd, and the
+                output not in the engine's home.
+            call_id: the tool call that ran it, which its events name.
+            output_schema: a JSON Schema that makes every item's child typed.
+            fork_turns: every item's child starts from a copy of this session's
+                conversation, as with `spawn_child`.
+
+        Returns:
+            The batch's id, counts, output and journal paths, and its first failures.
+
+        Raises:
+            UnknownSessionType: a new batch's `session_type` names no profile of this tree.
+            InvalidArguments: `output_schema` or `fork_turns` is malformed.
+            BatchError: the input, template, paths, `max_concurrency` or journal are
+                unusable, or a resumed batch's input changed (nothing was started).
+        """
         cwd = Path(self._session.cwd)
         return await batch_planning.run_batch(
             self, self._session.runtime.home, session_type, items_path, prompt, output_path,
@@ -395,7 +567,21 @@ class SubsessionManager(ChildBook):
             output_schema=output_schema, fork_turns=fork_turns_of(fork_turns, "run_batch"))
 
     async def cancel_child(self, session_id: str) -> bool:
-        """Cancel a running child (its children first); False if it had already ended."""
+        """Cancel a child (its own children first) and wait until it has ended.
+
+        A queued child leaves the queue unstarted. Cancelling the caller leaves the
+        cancel under way.
+
+        Args:
+            session_id: the child's id.
+
+        Returns:
+            True if it ended cancelled; False if it had already ended, or ended otherwise
+            meanwhile.
+
+        Raises:
+            UnknownSession: `session_id` is not a child of this session.
+        """
         record = self._lookup(session_id)
         if record.settled:
             return False
@@ -404,8 +590,15 @@ class SubsessionManager(ChildBook):
         return isinstance(record.outcome, Cancelled)
 
     async def abort_all_children(self, budget: BudgetExhausted | None = None) -> None:
-        """Cancel every running child and wait until each has settled (with `budget`, they
-        end `budget_limited`)."""
+        """Cancel every running or queued child and wait until each has ended.
+
+        Their endings are not reported to this session's model as notices.
+
+        Args:
+            budget: the budget stop to end them with (they end failed, with
+                `budget exhausted: ...`). None: they end cancelled. Set by the engine;
+                hosts leave it None.
+        """
         pending = self.stop_all_children(budget)
         for child in pending:
             child.waited = True
@@ -429,9 +622,27 @@ class SubsessionManager(ChildBook):
         return pending
 
     async def send_message(self, session_id: str, message: str) -> str:
-        """To a running or queued child: the message joins its history before its next
-        (first) model call, at once (`"queued"`). To an ended one: a follow-up task on the
-        same history and rollout, which `wait_child` then waits for (`"started"`)."""
+        """Send a child a message, which its running task reads or a follow-up task takes
+        as its prompt.
+
+        Args:
+            session_id: the child's id.
+            message: the text for the child's model.
+
+        Returns:
+            `"queued"`: the child runs (or waits queued), and reads the message before its
+            next (first) model call. `"started"`: the child had ended, and a follow-up task
+            on the same history and rollout started, which `wait_child` then waits for.
+
+        Raises:
+            UnknownSession: `session_id` is not a child of this session.
+            InvalidArguments: `message` is empty.
+            EngineClosed: a follow-up is needed and the engine is closed or closing.
+            SessionBusy: a follow-up is needed and this session is a child that has ended.
+            ChildLimitReached: a follow-up is needed and `max_children` already run (a
+                follow-up never queues).
+            WorktreeUnavailable: the child's removed worktree cannot be made again.
+        """
         record = self._lookup(session_id)
         if not isinstance(message, str) or not message.strip():
             raise InvalidArguments("send_message", "message must be a non-empty string")

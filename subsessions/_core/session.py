@@ -56,21 +56,65 @@ class Session(Conversation):
     def handle_pending_tool_call(
         self, request_id: str, result: Any = None, error: str | None = None
     ) -> bool:
-        """Answer an `external_tool.requested` event; False if nothing is waiting on it."""
+        """Answer a deferred tool's call (an `external_tool.requested` event).
+
+        Safe to call from another thread than the engine's event loop.
+
+        Args:
+            request_id: the event's `request_id`.
+            result: the tool's output: a string as is, another value as JSON, None as
+                empty output. Ignored when `error` is given.
+            error: the call failed with this text, which the model is shown.
+
+        Returns:
+            False if no call of this session waits on `request_id` (answered already, or
+            another session's).
+
+        Raises:
+            TypeError: `result` is not a string and cannot be encoded as JSON.
+        """
         return self.runtime.dispatcher.answer(self, request_id, result, error)
 
     # -- what applications ask of it -------------------------------------------------------
     def abort(self) -> bool:
-        """Cancel its running task (each aborts its own children first); whether one ran."""
+        """Cancel its running task (which cancels its children first).
+
+        A `send_and_wait` waiting on that task raises `asyncio.CancelledError`. The session
+        stays open and can run another task.
+
+        Returns:
+            Whether a task was running.
+        """
         return bool(self.runtime.cancel_top_tasks(self.session_id))
 
     # -- the task loop ----------------------------------------------------------------------
     async def send_and_wait(self, prompt: str, timeout: float | None = None) -> str | None:
-        """Run one task to TaskComplete and return the last assistant message.
+        """Run one task to its end and return its last assistant message.
 
-        With `timeout` (seconds), stop waiting after it with `StillRunning` (a
-        `TimeoutError`): the task goes on, as with the Copilot SDKs' `send_and_wait(timeout=)`;
-        its end is the `session.idle` event, its answer is in the events and the rollout.
+        The task runs in a task the engine owns: cancelling the caller cancels it (and its
+        children), and closing the engine ends it.
+
+        Args:
+            prompt: the user message that starts the task.
+            timeout: seconds to wait. After it the caller gets `StillRunning` and the task
+                goes on, as with the Copilot SDKs' `send_and_wait(timeout=)`: its end is the
+                `session.idle` event, its answer is in the events and the rollout. None:
+                wait until it ends.
+
+        Returns:
+            The task's last assistant message (None if it wrote none).
+
+        Raises:
+            InvalidArguments: `prompt` is empty, or `timeout` is not a positive number.
+            SessionBusy: a task is already running in this session.
+            StillRunning: `timeout` passed first; the task goes on. Also a `TimeoutError`.
+            EngineClosed: the engine is closed, or was closed (or this session destroyed)
+                while the task ran.
+            MaxTurnsExceeded: the task made `max_turns` model calls without a final answer.
+            BudgetExhausted: a limit of the config's `budget` (which counts the whole
+                tree) was reached.
+            ModelError: the model client failed.
+            asyncio.CancelledError: `abort()` cancelled the task.
         """
         if timeout is not None and (isinstance(timeout, bool)
                                     or not isinstance(timeout, int | float)

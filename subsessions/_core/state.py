@@ -205,6 +205,8 @@ class SessionState(SessionParts):
         session_id: str | None = None,  # a child's, chosen by its parent (else `origin`'s)
     ) -> None:
         self.session_id = session_id or origin.session_id or new_session_id()
+        """Its id, a lowercase uuid7 (so rollouts sort by creation time); the engine, the
+        tools and the rollout files know it by this."""
         # its counters (what its tasks ran up; a shard's child: its earlier tasks' too)
         self.begun = origin.started_at or time.time()
         self.token_usage = origin.token_usage
@@ -221,6 +223,8 @@ class SessionState(SessionParts):
             else SessionTree(config, runtime.profiles, ledger=origin.ledger)
         )
         self.depth: int = parent.depth + 1 if parent is not None else 0
+        """How deep it is in its tree: 0 for a top-level session, 1 for its children, and
+        so on; a session at the tree's `max_depth` cannot spawn."""
         self.call_id = call_id
         self.source = source
         self.model = config.model or runtime.model
@@ -274,6 +278,7 @@ class SessionState(SessionParts):
 
     @property
     def is_child(self) -> bool:
+        """Whether it is a child; False for the top-level sessions the engine gives out."""
         return self.parent is not None
 
     @property
@@ -329,10 +334,14 @@ class SessionState(SessionParts):
 
     @property
     def rollout_path(self) -> str:
+        """Its rollout file. A new top-level session writes it only from its first task or
+        child on: until then the file does not exist."""
         return self.recorder.path
 
     @property
     def config(self) -> SessionConfig:
+        """Its configuration: a top-level session's as created (with its profile's and its
+        MCP servers' part), a child's as derived from its parent's and its profile."""
         return self.kit.config
 
     @property
@@ -371,7 +380,16 @@ class SessionState(SessionParts):
         return self.kit.specs()
 
     def usage(self, include_children: bool = False) -> Usage:
-        """Tokens, tool calls and model turns of this session (and its whole tree)."""
+        """Tokens, tool calls and model turns (model calls) this session has spent.
+
+        Args:
+            include_children: add what every descendant spent, those run by another
+                process (Ray) included.
+
+        Returns:
+            The counts; `estimated` is set when a model reported no token counts and they
+            were estimated.
+        """
         tokens = self.token_usage
         own = Usage(input_tokens=tokens.input_tokens, output_tokens=tokens.output_tokens,
                     tool_calls=self.tool_calls, turns=self.turns, estimated=tokens.estimated)

@@ -50,9 +50,36 @@ class Engine:
     Every task the engine starts (top-level tasks and all children) is kept here
     and drained on close, so nothing outlives the engine.
 
-    `tracer_provider` (or OpenTelemetry's global one, if set) gets GenAI spans of every
-    task, model call and tool call; prompts and outputs only with
-    `capture_content=True` (None: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`).
+    Args:
+        home: where rollouts, batch journals, worktrees and the control socket live.
+            None: `$SUBSESSIONS_HOME`, else `~/.subsessions`. It must not be writable by
+            another user.
+        model_client: what answers every model call of every session (e.g. `ScriptedModel`).
+        model: the model id of sessions whose config and profile name none.
+        model_provider: the provider name written to rollouts. None: the client's
+            `provider` attribute, else its class name.
+        profiles: the profiles children are spawned from, by name. None: the built-ins
+            overlaid by the user's and then `project_dir`'s profile and agent files
+            (`load_profiles`).
+        project_dir: the project whose profiles are loaded. None: the current directory.
+        mcp_servers: MCP servers (as `config.toml`'s `[mcp_servers]` tables) whose tools
+            every session gets; each is started at the first session that needs it.
+        mcp_source: what `mcp_servers` came from, as error messages name it.
+        backend: where children run. None: in this process; `RayBackend` runs them on a
+            Ray cluster.
+        pace_collector: raise Python's garbage collector thresholds while many children
+            live; False leaves the collector alone.
+        tracer_provider: an OpenTelemetry tracer provider that gets GenAI spans of every
+            task, model call and tool call. None: OpenTelemetry's global one, if set.
+        capture_content: put prompts and outputs in those spans. None: as
+            `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` says.
+
+    Raises:
+        InvalidArguments: `home` contains a NUL character.
+        UnsafeHome: `home` is owned or writable by another user.
+        ProfileError: with `profiles=None`, a profile file is malformed.
+        ConfigError: `mcp_servers` is given but the MCP SDK is not installed, or, with
+            `profiles=None`, the home's `config.toml` has malformed profile settings.
     """
 
     def __init__(
@@ -105,6 +132,7 @@ class Engine:
 
     @property
     def home(self) -> Path:
+        """The engine's home: rollouts, batch journals, worktrees, the control socket."""
         return self._runtime.home
 
     @property
@@ -117,6 +145,7 @@ class Engine:
 
     @property
     def model(self) -> str:
+        """The model id of sessions whose config and profile name none."""
         return self._runtime.model
 
     @property
@@ -125,6 +154,8 @@ class Engine:
 
     @property
     def profiles(self) -> Mapping[str, LoadedProfile]:
+        """The profiles the engine was given or loaded, by name (a session's
+        `custom_agents` add to them for its own tree only)."""
         return self._runtime.profiles
 
     @property
@@ -133,7 +164,8 @@ class Engine:
 
     @property
     def control_path(self) -> Path | None:
-        """The control socket's path, once a session asked for one (`control=True`)."""
+        """The control socket's path, once a session asked for one (`control=True`);
+        None before."""
         return None if self._control is None else self._control.path
 
     async def _open_control(self, config: SessionConfig | None) -> None:
@@ -168,6 +200,8 @@ class Engine:
 
     @property
     def closed(self) -> bool:
+        """True once `close()` has started: every later call that starts work raises
+        `EngineClosed`."""
         return self._runtime.closed
 
     def check_open(self) -> None:
@@ -183,9 +217,32 @@ class Engine:
     ) -> Session:
         """A new top-level session, registered with the engine.
 
-        With `profile`, the session runs that profile top-level: its instructions, and
-        its persona and memory too (which a child of that profile never sees). With
-        `session_id` (a canonical UUID a wire host chose), the session takes that id.
+        Its rollout file is written only once it runs a task or spawns a child, so a
+        session that does nothing leaves no file behind. An MCP server that cannot start
+        does not refuse the session: its tools are missing and its rollout says why.
+
+        Args:
+            config: its tools, handlers, hooks and limits. None: `SessionConfig()`.
+            source: how it was started, as its rollout records it (e.g. `exec`, `cli`).
+            profile: a profile (or a profile's name) the session runs top-level: its
+                instructions, and its persona and memory too (which a child of that
+                profile never sees).
+            session_id: the id it takes (a lowercase UUID a wire host chose). None: a new
+                one.
+
+        Returns:
+            The session, registered with the engine until `destroy_session` or `close`.
+
+        Raises:
+            EngineClosed: the engine is closed or closing.
+            InvalidArguments: `session_id` is not a lowercase UUID.
+            SessionBusy: a session with that `session_id` is open or has a rollout
+                already; resume it instead.
+            UnknownSessionType: `profile` names no loaded profile nor one of the config's
+                `custom_agents`.
+            ConfigError: the config names MCP servers but the MCP SDK is not installed.
+            ControlUnavailable: the config asks for a control socket (`control=True`) and
+                it cannot be opened.
         """
         self.check_open()
         if session_id is not None:
@@ -222,7 +279,26 @@ class Engine:
     ) -> Session:
         """Continue a session from its rollout, appending to the same file.
 
-        `config` supplies what a rollout cannot hold (tools, handlers, limits).
+        Its children known from their rollouts can be waited for and sent follow-ups;
+        spawns that were still queued when its process ended are queued again.
+
+        Args:
+            id_or_path: the session's id, a unique prefix of it, or its rollout's path.
+            config: what a rollout cannot hold (tools, handlers, hooks, limits); the
+                model, cwd and instructions it leaves unset come from the rollout. None:
+                `SessionConfig()`.
+
+        Returns:
+            The session, registered with the engine.
+
+        Raises:
+            EngineClosed: the engine is closed or closing.
+            UnknownSession: no rollout in the home has that id, or the prefix is ambiguous.
+            RolloutError: the rollout cannot be read (a path that does not exist
+                included), or is not a session's rollout.
+            SessionBusy: the session is open in this engine or another engine of this
+                process, or another process is still writing it (fork it instead).
+            ControlUnavailable: `config` asks for a control socket and it cannot be opened.
         """
         self.check_open()
         path, rollout = resume.load(self.home, id_or_path)
@@ -241,7 +317,27 @@ class Engine:
     async def fork_session(
         self, id_or_path: str | os.PathLike[str], config: SessionConfig | None = None
     ) -> Session:
-        """A new session (new file, `forked_from_id`) that starts from another's history."""
+        """A new session that starts from a copy of another's history.
+
+        It has a new id and a rollout of its own whose `session_meta` names
+        `forked_from_id`; the original is left as it is, and may even be running.
+
+        Args:
+            id_or_path: the original's id, a unique prefix of it, or its rollout's path.
+            config: what a rollout cannot hold (tools, handlers, hooks, limits); the
+                model, cwd and instructions it leaves unset come from the rollout. None:
+                `SessionConfig()`.
+
+        Returns:
+            The new session, registered with the engine.
+
+        Raises:
+            EngineClosed: the engine is closed or closing.
+            UnknownSession: no rollout in the home has that id, or the prefix is ambiguous.
+            RolloutError: the rollout cannot be read (a path that does not exist
+                included), or is not a session's rollout.
+            ControlUnavailable: `config` asks for a control socket and it cannot be opened.
+        """
         self.check_open()
         path, rollout = resume.load(self.home, id_or_path)
         await self._open_control(config)
@@ -259,17 +355,44 @@ class Engine:
         return session
 
     def sessions(self) -> list[Session]:
+        """The engine's top-level sessions, in the order they were registered (children
+        are reached through their parents' `subsessions`)."""
         return list(self._sessions.values())
 
     def get_session(self, session_id: str) -> Session | None:
+        """The top-level session with that id, or None (also for a child's id: see
+        `resolve_session`)."""
         return self._sessions.get(session_id)
 
     def resolve_session(self, session_id: str) -> tuple[Session, bool]:
-        """The registered session answering for `session_id` (a child's: its top-level one)."""
+        """The top-level session that answers for a session id, child or not.
+
+        Args:
+            session_id: a top-level session's id, or the id of any descendant of one.
+
+        Returns:
+            The top-level session (the descendant's root for a child), and whether
+            `session_id` is a child's.
+
+        Raises:
+            UnknownSession: no session of this engine has that id.
+        """
         return self.dispatcher.resolve_session(session_id)
 
     async def destroy_session(self, session_id: str) -> None:
-        """Abort a top-level session's descendants and forget it; its rollouts stay on disk."""
+        """Abort a top-level session's task and descendants and forget it.
+
+        Its rollouts stay on disk, so it can be resumed later. Its `on_session_end` hook
+        runs with reason `destroy`; a `send_and_wait` waiting on it raises `EngineClosed`.
+
+        Args:
+            session_id: the top-level session's id.
+
+        Raises:
+            UnknownSession: no top-level session of this engine has that id (a child's
+                id, or a session destroyed already).
+            RolloutError: its last lines could not be written to its rollout.
+        """
         session = self._sessions.pop(session_id, None)  # a second destroy finds nothing
         if session is None:
             raise UnknownSession(session_id)
@@ -284,7 +407,16 @@ class Engine:
         await session.recorder.flush_durable()
 
     async def delete_session(self, session_id: str) -> None:
-        """Destroy a top-level session and delete its rollout and its descendants'."""
+        """Destroy a top-level session (`destroy_session`), then delete its rollout and
+        its descendants'.
+
+        Args:
+            session_id: the top-level session's id.
+
+        Raises:
+            UnknownSession: no top-level session of this engine has that id.
+            RolloutError: its last lines could not be written before the files went.
+        """
         session = self._sessions.get(session_id)
         if session is None:
             raise UnknownSession(session_id)
@@ -298,8 +430,11 @@ class Engine:
     async def close(self) -> None:
         """Abort every descendant, drain every task, write every rollout; idempotent.
 
-        The shutdown runs in a task of its own: a caller cancelled half-way (Ctrl-C) does
-        not leave it half done, and every later `close()` waits for the same one.
+        Hosts' `on_session_end` hooks get 5 seconds; tasks still running 10 seconds later
+        are cancelled. The shutdown runs in a task of its own: a
+        caller cancelled half-way (Ctrl-C) does not leave it half done, and every later
+        `close()` waits for the same one. Called from inside one of the engine's own tasks
+        (a tool handler), it returns at once and the shutdown cancels that task.
         """
         self._runtime.start_closing()
         if self._closing is None:

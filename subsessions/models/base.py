@@ -98,6 +98,16 @@ class ModelRequest:
 
 @frozen
 class ModelResponse:
+    """What a `ModelClient` answers to one `ModelRequest`.
+
+    Attributes:
+        output: the output items, in the Responses API's format: assistant `message`
+            items and `function_call` items (the calls the session then runs).
+        usage: the tokens the provider reported for this call (zeros if it reported none).
+        model: the model id that answered: the one asked for, or a fallback that stood in
+            for it. None: the one asked for.
+    """
+
     output: tuple[Item, ...]
     usage: TokenUsage = field(factory=TokenUsage)
     model: str | None = None  # the model id that answered: the one asked, or a fallback
