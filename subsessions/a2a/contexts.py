@@ -1,0 +1,140 @@
+"""A2A contexts as sessions: a `contextId` is the id of one top-level session its caller
+created; each task in it is one task of that session (a follow-up on the same history).
+
+The registry answers who owns a context (`owns`, the access rule) and which run a task
+is (`run`). Contexts stay open for follow-ups while the server runs; their rollouts are
+the sessions' own, in the home.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from attrs import define, field
+
+from subsessions._core.session import Session
+from subsessions.a2a.runs import TaskRun
+from subsessions.config import SessionConfig
+from subsessions.engine.command_hooks import hooks_from_settings
+from subsessions.engine.facade import Engine
+from subsessions.engine.instructions import with_base_instructions
+from subsessions.errors import SessionBusy, ToolNotSupported
+from subsessions.events import SessionEvent
+from subsessions.settings import Settings
+
+log = logging.getLogger("subsessions.a2a")
+
+
+@define(eq=False)
+class Context:
+    """One caller's context: its session, and the run of its current task."""
+
+    context_id: str
+    owner: str
+    session: Session | None = None
+    run: TaskRun | None = None
+    off: Any = None  # removes the session's event listener
+
+    async def ask(self, request: dict[str, Any]) -> str:
+        """The session's `user_input_handler` (its children's questions too)."""
+        run = self.run
+        if run is None or run.ending is not None:
+            raise ToolNotSupported("ask_user")
+        return await run.ask(str(request.get("question", "")))
+
+    def heard(self, event: SessionEvent) -> None:
+        run = self.run
+        if run is not None and run.ending is None:
+            run.heard(event.type, event.data)
+
+
+@define(eq=False)
+class Contexts:
+    """Every context of the server, by id, and every live run, by task id."""
+
+    engine: Engine
+    settings: Settings
+    _contexts: dict[str, Context] = field(factory=dict, init=False)
+    _runs: dict[str, TaskRun] = field(factory=dict, init=False)
+    _work: set[asyncio.Task[None]] = field(factory=set, init=False)
+    closing: bool = field(default=False, init=False)
+
+    def __repr__(self) -> str:
+        return f"<Contexts {len(self._contexts)} contexts, {len(self._runs)} running>"
+
+    def owns(self, owner: str, context_id: str) -> bool:
+        context = self._contexts.get(context_id)
+        return context is not None and context.owner == owner
+
+    def context_of(self, task_id: str) -> str | None:
+        run = self._runs.get(task_id)
+        return None if run is None else run.session.session_id
+
+    def run(self, task_id: str | None) -> TaskRun | None:
+        return None if task_id is None else self._runs.get(task_id)
+
+    async def start(self, owner: str, context_id: str, task_id: str, run: Any, prompt: str,
+                    skill: str | None) -> TaskRun:
+        """A new task in the context (opened now if new): the session runs `prompt`."""
+        context = self._contexts.get(context_id)
+        if context is None:
+            context = self._contexts[context_id] = Context(context_id, owner)
+        if context.owner != owner:  # the builder refused it already; never run it
+            raise SessionBusy(context_id, "belongs to another caller")
+        if context.run is not None and context.run.ending is None:
+            raise SessionBusy(context_id, f"is running task {context.run.task_id}; send a "
+                              "follow-up once it ends, or cancel it")
+        if context.session is None:
+            context.session = await self._open(context, skill)
+        task_run = TaskRun(context.session, task_id, run)
+        context.run = task_run
+        self._runs[task_id] = task_run
+        work = task_run.start(prompt)
+        self._work.add(work)
+        work.add_done_callback(lambda done: self._ended(task_id, done))
+        return task_run
+
+    async def _open(self, context: Context, skill: str | None) -> Session:
+        settings = self.settings
+        config = with_base_instructions(SessionConfig(
+            max_depth=settings.max_depth, max_children=settings.max_children,
+            max_queued=settings.max_queued, env_policy=settings.env_policy,
+            hooks=hooks_from_settings(settings.command_hooks),
+            user_input_handler=context.ask))
+        try:
+            session = await self.engine.create_session(
+                config, source="exec", profile=skill, session_id=context.context_id)
+        except BaseException:
+            self._contexts.pop(context.context_id, None)
+            raise
+        context.off = session.on(context.heard)
+        return session
+
+    def _ended(self, task_id: str, work: asyncio.Task[None]) -> None:
+        self._work.discard(work)
+        self._runs.pop(task_id, None)
+
+    async def cancel_all(self) -> None:
+        """Every running task ends `canceled` (its tree's rollouts end as cancels), and
+        says so to its caller, before the server stops."""
+        self.closing = True
+        runs = [run for run in self._runs.values() if run.ending is None]
+        for run in runs:
+            run.abort()
+        works = [run.work for run in runs if run.work is not None]
+        if works:
+            await asyncio.wait(works)
+        for run in runs:
+            await run.finish()
+
+    async def close(self) -> None:
+        """What `cancel_all` left (nothing, normally) is cancelled; listeners go."""
+        for work in list(self._work):
+            work.cancel()
+        if self._work:
+            await asyncio.wait(list(self._work))
+        for context in self._contexts.values():
+            if context.off is not None:
+                context.off()
