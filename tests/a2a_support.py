@@ -19,12 +19,26 @@ from openai_support import cli_env, tool_outputs
 
 pytest.importorskip("a2a", reason="pip install 'subsessions[a2a]'")
 
-from a2a.client import Client, ClientConfig, create_client  # noqa: E402
-from a2a.helpers.proto_helpers import get_message_text, new_text_message  # noqa: E402
-from a2a.types import Role, SendMessageRequest, StreamResponse, TaskState  # noqa: E402
+# the SDK's names the tests use, from here: a test module imports this one first, so
+# it is skipped, not broken, where the [a2a] extra is absent
+from a2a.client import Client, ClientConfig, create_client
+from a2a.helpers.proto_helpers import get_artifact_text, get_message_text, new_text_message
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    TaskState,
+)
+from a2a.utils.errors import TaskNotFoundError
 
-from subsessions.rollouts import find_rollout, read_rollout  # noqa: E402
-from subsessions.testing import plain_ending  # noqa: E402
+from subsessions.rollouts import find_rollout, read_rollout
+from subsessions.testing import plain_ending
+
+__all__ = ["CancelTaskRequest", "GetTaskRequest", "ListTasksRequest", "TaskNotFoundError",
+           "get_artifact_text"]
 
 TIMEOUT = 30.0
 QUESTION = "which colour?"
@@ -186,6 +200,6 @@ async def eventually_ends(home: Path, session_id: str, kind: str, timeout: float
             try:
                 if ending(home, session_id).get("type") == kind:
                     return
-            except Exception:  # noqa: BLE001 - not written yet
+            except Exception:  # not written yet
                 pass
             await asyncio.sleep(0.02)
