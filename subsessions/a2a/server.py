@@ -29,6 +29,7 @@ from a2a.server.tasks import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from a2a.utils.push_url_validator import validate_push_notification_url
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 
@@ -66,10 +67,40 @@ def build_app(contexts: Contexts, url: str, tokens: tuple[str, ...] | None,
     routes = [*create_agent_card_routes(card),
               *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)]
     public = frozenset({AGENT_CARD_WELL_KNOWN_PATH})
-    app = Starlette(routes=routes, max_body_size=MAX_BODY_BYTES, middleware=[
+    app = Starlette(routes=routes, middleware=[
         Middleware(AuthenticationMiddleware, backend=callers.backend(tokens, public),
-                   on_error=callers.unauthorized)])
+                   on_error=callers.unauthorized),
+        Middleware(_BodyLimit, limit=MAX_BODY_BYTES)])
     return app, handler
+
+
+class _BodyLimit:
+    """A body over `limit` fails while the SDK reads it (HTTP 413 raised inside its read),
+    so the caller gets the SDK's JSON-RPC error, not a bare 413 page."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", ())).get(b"content-length", b"0")
+        seen = int(declared) if declared.isdigit() else 0
+
+        async def limited() -> Any:
+            nonlocal seen
+            if seen > self.limit:
+                raise HTTPException(413)
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise HTTPException(413)
+            return message
+
+        seen = seen if seen > self.limit else 0  # counted as it arrives unless refused now
+        await self.app(scope, limited, send)
 
 
 async def serve(home: Path, settings: Settings, host: str, port: int,
