@@ -15,6 +15,7 @@ The official `a2a-sdk` client is imported on the first call (the `[a2a]` extra).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -104,10 +105,13 @@ class RemoteAgent:
         prompt = _new_input(request)
         client = await self._connect()
         exchange = _Exchange(self.url, self._contexts.get(request.session_id))
+        # read in a task of its own: a cancel before the agent named its task still reads
+        # on until it does, so the cancel can reach it
+        reading = asyncio.ensure_future(exchange.run(client, prompt))
         try:
-            await exchange.run(client, prompt)
+            await asyncio.shield(reading)
         except asyncio.CancelledError:
-            await exchange.cancel(client)
+            await exchange.cancel(client, reading)
             raise
         except RemoteAgentError:
             raise
@@ -170,18 +174,26 @@ class _Exchange:
         self.status_text = ""
         self.artifacts: dict[str, str] = {}
         self.message: str | None = None  # a direct reply (no task)
+        self.known = asyncio.Event()  # set once the agent named its task
 
     async def run(self, client: Client, prompt: str) -> None:
         from a2a.helpers.proto_helpers import new_text_message
         from a2a.types import Role, SendMessageRequest
 
         message = new_text_message(prompt, context_id=self.context_id, role=Role.ROLE_USER)
-        async for event in client.send_message(SendMessageRequest(message=message)):
-            self._take(event)
-            if self.message is not None or self.state in _ENDED:
-                break
+        events: Any = client.send_message(SendMessageRequest(message=message))
+        async with contextlib.aclosing(events):  # its HTTP stream closes with it, cancelled too
+            async for event in events:
+                self._take(event)
+                if self.message is not None or self.state in _ENDED:
+                    break
 
     def _take(self, event: Any) -> None:
+        self._read(event)
+        if self.task_id is not None:
+            self.known.set()
+
+    def _read(self, event: Any) -> None:
         from a2a.helpers.proto_helpers import get_artifact_text, get_message_text
 
         if event.HasField("message"):
@@ -230,18 +242,23 @@ class _Exchange:
         raise RemoteAgentError(self.url, f"the answer ended with task {self.task_id} still "
                                f"{self.state}")
 
-    async def cancel(self, client: Client) -> None:
+    async def cancel(self, client: Client, reading: asyncio.Future[None]) -> None:
         """The child was cancelled: so is the agent's task (best effort, bounded)."""
-        if self.task_id is None or self.state in _ENDED:
-            return
         from a2a.types import CancelTaskRequest
 
+        named = asyncio.ensure_future(self.known.wait())
         try:
             async with asyncio.timeout(CANCEL_SECONDS):
-                await asyncio.shield(client.cancel_task(CancelTaskRequest(id=self.task_id)))
+                await asyncio.wait((reading, named), return_when=asyncio.FIRST_COMPLETED)
+                if self.task_id is not None and self.state not in _ENDED:
+                    await client.cancel_task(CancelTaskRequest(id=self.task_id))
         except Exception as exc:  # a timeout or the agent's error: the child is cancelled anyway
             log.info("remote agent %s: tasks/cancel of %s failed: %s", self.url, self.task_id,
                      _one_line(exc))
+        finally:
+            named.cancel()
+            reading.cancel()
+            await asyncio.wait((reading, named))
 
 
 def _state_word(name: str) -> str:
