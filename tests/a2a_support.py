@@ -57,8 +57,8 @@ def prompt_of(request: Recorded) -> str:
 
 class Model:
     """The fake model's script, by prompt: `fan out` spawns a child (`child work`) and waits
-    for it; `ask` asks the user; `hold` and the child wait for their gate when it is set up;
-    anything else is echoed. Every prompt's first request sets its arrival event."""
+    for it (`fan out X`: `child work X`); `ask` asks the user; a prompt with a gate set up
+    waits for it; anything else is echoed. Every prompt's request sets its arrival event."""
 
     def __init__(self) -> None:
         self.gates: dict[str, asyncio.Event] = {}
@@ -77,10 +77,11 @@ class Model:
         if gate is not None:
             await gate.wait()
         outs = tool_outputs(request)
-        if prompt == "fan out":
+        if prompt.startswith("fan out"):  # `fan out X`: the child's prompt is `child work X`
             if not outs:
+                child_prompt = "child work" + prompt.removeprefix("fan out")
                 return calls(call("create_session", {"session_type": "default",
-                                                     "prompt": "child work", "budget": None}))
+                                                     "prompt": child_prompt, "budget": None}))
             if len(outs) == 1:
                 child = json.loads(outs[0])["session_id"]
                 return calls(call("wait_session", {"session_id": child, "timeout_ms": 30_000}))
