@@ -42,7 +42,6 @@ def a2a_js() -> Path:
     return cache
 
 
-@pytest.mark.timeout(120)
 async def test_the_javascript_sdk_drives_every_path(
     a2a_js: Path, home: Path, tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:

@@ -41,7 +41,7 @@ def test_the_api_reference_names_every_public_name() -> None:
 def test_shell_examples_that_need_a_model_say_so() -> None:
     """Shell blocks are not run; one that starts sessions (or a cluster, or an npm host)
     opens with a `# needs ...` comment saying what it needs."""
-    needs = re.compile(r"subsessions (run|batch|mcp|serve|resume)\b|codex |ray start|npx ")
+    needs = re.compile(r"subsessions (run|batch|mcp|serve|resume|a2a)\b|codex |ray start|npx ")
     silent = []
     for page in [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]:
         text = page.read_text(encoding="utf-8")
