@@ -52,11 +52,16 @@ def shown_host(host: str) -> str:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket (before the URL is printed: a client may dial it at once)."""
+    """A listening socket (before the URL is printed: a client may dial it at once).
+
+    TCP_NODELAY is set here, so every accepted connection inherits it: uvicorn writes a
+    response's head and body apart, and with Nagle's algorithm on, a keep-alive client's
+    delayed ACK held each answer about 40 ms (measured: 44 ms a request against 1.5)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
         sock.listen(2048)
     except OSError as exc:
