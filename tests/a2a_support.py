@@ -25,11 +25,16 @@ from a2a.client import Client, ClientConfig, create_client
 from a2a.helpers.proto_helpers import get_artifact_text, get_message_text, new_text_message
 from a2a.types import (
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Role,
     SendMessageRequest,
     StreamResponse,
+    SubscribeToTaskRequest,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.errors import TaskNotFoundError
@@ -37,8 +42,10 @@ from a2a.utils.errors import TaskNotFoundError
 from subsessions.rollouts import find_rollout, read_rollout
 from subsessions.testing import plain_ending
 
-__all__ = ["CancelTaskRequest", "GetTaskRequest", "ListTasksRequest", "TaskNotFoundError",
-           "get_artifact_text"]
+__all__ = ["CancelTaskRequest", "DeleteTaskPushNotificationConfigRequest",
+           "GetTaskPushNotificationConfigRequest", "GetTaskRequest",
+           "ListTaskPushNotificationConfigsRequest", "ListTasksRequest", "SubscribeToTaskRequest",
+           "TaskNotFoundError", "TaskPushNotificationConfig", "get_artifact_text"]
 
 TIMEOUT = 30.0
 QUESTION = "which colour?"

@@ -37,9 +37,10 @@ def run_a2a_command(args: argparse.Namespace, home: Path, settings: Settings) ->
     try:
         from subsessions.a2a import server
     except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] not in _SDK_MODULES:
+        package = (exc.name or "").split(".")[0]
+        if package not in _SDK_MODULES:
             raise
-        raise SubsessionError(f"`subsessions a2a` needs the A2A SDK ({exc.name} is missing): "
+        raise SubsessionError(f"`subsessions a2a` needs the A2A SDK ({package} is missing): "
                               f"{A2A_EXTRA}") from None
     try:
         return asyncio.run(server.serve(home, settings, host, port, tokens))
