@@ -24,7 +24,7 @@ from subsessions.profiles import parse_profile
 from subsessions.rollouts import find_rollout, read_rollout
 from subsessions.settings import load_settings, with_overrides
 
-uvicorn = pytest.importorskip("uvicorn")
+uvicorn = pytest.importorskip("uvicorn", reason="pip install 'subsessions[a2a]'")
 from a2a.helpers.proto_helpers import new_task_from_user_message, new_text_part  # noqa: E402
 from a2a.server.agent_execution import AgentExecutor, RequestContext  # noqa: E402
 from a2a.server.events import EventQueue  # noqa: E402
