@@ -33,6 +33,7 @@ LOOPBACK_MODEL = ("--base-url", "http://127.0.0.1:9/v1", "--wire-api", "chat")
 @pytest.mark.parametrize(("args", "said"), [
     (("--http", "8765"), "'8765' is not HOST:PORT"),
     (("--http", "0.0.0.0:0"), "refusing to listen on 0.0.0.0"),
+    (("--http", "127.0.0.1:0", "--keep-open", "-1"), "--keep-open: must be >= 0"),
     (("--http", "127.0.0.1:0", "--auth-token-env", "SUBSESSIONS_TEST_NO_SUCH_VAR"),
      "SUBSESSIONS_TEST_NO_SUCH_VAR is not set"),
 ])

@@ -30,6 +30,8 @@ from a2a_support import (
 from fake_openai import FakeOpenAI, fake_openai
 from openai_support import rollouts
 
+from subsessions.rollouts import find_rollout, read_rollout
+
 __all__ = ["fake_openai"]
 
 
@@ -88,6 +90,25 @@ async def test_a_stream_shows_usage_and_each_child_and_a_follow_up_keeps_the_his
         assert (done, same) == (state("completed"), context_id)
         assert said == "again: answered (2 user messages seen)"  # the same history
     assert set(rollouts(home)) == {context_id, child}
+
+
+async def test_a_context_closed_while_idle_is_resumed_by_its_follow_up(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.script = Model()
+    async with a2a_server(home, fake_openai, tmp_path, "--keep-open", "0") as served, \
+            a2a_client(served.url, streaming=False) as client:
+        _, said, _, context_id = final(await send(client, message("hello")))
+        assert said == "hello: answered (1 user messages seen)"
+        for n in (2, 3):
+            other = final(await send(client, message("elsewhere")))  # closes the idle one
+            assert other[3] != context_id
+            again = final(await send(client, message(f"turn {n}", context_id=context_id)))
+            assert again[1:4:2] == (f"turn {n}: answered ({n} user messages seen)", context_id)
+    records = read_rollout(find_rollout(home, context_id)).records
+    notes = [r["payload"]["message"] for r in records
+             if r["payload"].get("type") == "background_event"]
+    assert sum(note.startswith(f"resumed {context_id}") for note in notes) == 2, notes
 
 
 async def test_input_required_is_the_sessions_question_and_the_next_message_answers_it(

@@ -28,6 +28,8 @@ def run_a2a_command(args: argparse.Namespace, home: Path, settings: Settings) ->
         raise ConfigError("command line", "--http", "is required: HOST:PORT, e.g. "
                           "127.0.0.1:8765")
     host, port = listen.parse_http_address(args.http)
+    if args.keep_open < 0:
+        raise ConfigError("command line", "--keep-open", "must be >= 0")
     tokens = read_tokens(args.auth_token_env, dict(os.environ))
     listen.check_http_host(host, listen.remote_allowed(ALLOW_REMOTE_ENV),
                            server="the A2A server", allow_env=ALLOW_REMOTE_ENV,
@@ -43,6 +45,7 @@ def run_a2a_command(args: argparse.Namespace, home: Path, settings: Settings) ->
         raise SubsessionError(f"`subsessions a2a` needs the A2A SDK ({package} is missing): "
                               f"{A2A_EXTRA}") from None
     try:
-        return asyncio.run(server.serve(home, settings, host, port, tokens))
+        return asyncio.run(server.serve(home, settings, host, port, tokens,
+                                        keep_open=args.keep_open))
     except KeyboardInterrupt:
         return 130

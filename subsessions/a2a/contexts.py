@@ -2,14 +2,17 @@
 created; each task in it is one task of that session (a follow-up on the same history).
 
 The registry answers who owns a context (`owns`, the access rule) and which run a task
-is (`run`). Contexts stay open for follow-ups while the server runs; their rollouts are
-the sessions' own, in the home.
+is (`run`). The `keep_open` most recently idle sessions stay open in the engine for quick
+follow-ups; an older idle one (with no child running) is closed, its rollout kept, and a
+follow-up resumes it from the rollout: many contexts cost a record each, not a session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from attrs import define, field
@@ -20,7 +23,7 @@ from subsessions.config import SessionConfig
 from subsessions.engine.command_hooks import hooks_from_settings
 from subsessions.engine.facade import Engine
 from subsessions.engine.instructions import with_base_instructions
-from subsessions.errors import SessionBusy, ToolNotSupported
+from subsessions.errors import SessionBusy, ToolNotSupported, UnknownSession
 from subsessions.events import SessionEvent
 from subsessions.settings import Settings
 
@@ -33,9 +36,12 @@ class Context:
 
     context_id: str
     owner: str
+    skill: str | None = None
     session: Session | None = None
     run: TaskRun | None = None
     off: Any = None  # removes the session's event listener
+    released: bool = False  # its session was closed while idle: a follow-up resumes it
+    lock: asyncio.Lock = field(factory=asyncio.Lock)  # its session opens or closes at a time
 
     async def ask(self, request: dict[str, Any]) -> str:
         """The session's `user_input_handler` (its children's questions too)."""
@@ -56,7 +62,9 @@ class Contexts:
 
     engine: Engine
     settings: Settings
+    keep_open: int = 64
     _contexts: dict[str, Context] = field(factory=dict, init=False)
+    _idle: OrderedDict[str, None] = field(factory=OrderedDict, init=False)
     _runs: dict[str, TaskRun] = field(factory=dict, init=False)
     _work: set[asyncio.Task[None]] = field(factory=set, init=False)
     closing: bool = field(default=False, init=False)
@@ -86,8 +94,11 @@ class Contexts:
         if context.run is not None and context.run.ending is None:
             raise SessionBusy(context_id, f"is running task {context.run.task_id}; send a "
                               "follow-up once it ends, or cancel it")
-        if context.session is None:
-            context.session = await self._open(context, skill)
+        self._idle.pop(context_id, None)
+        await self._release_idle()  # before a new task: idle sessions beyond keep_open go
+        async with context.lock:
+            if context.session is None:
+                context.session = await self._open(context, skill)
         task_run = TaskRun(context.session, task_id, run)
         context.run = task_run
         self._runs[task_id] = task_run
@@ -98,23 +109,50 @@ class Contexts:
 
     async def _open(self, context: Context, skill: str | None) -> Session:
         settings = self.settings
-        config = with_base_instructions(SessionConfig(
+        config = SessionConfig(
             max_depth=settings.max_depth, max_children=settings.max_children,
             max_queued=settings.max_queued, env_policy=settings.env_policy,
             hooks=hooks_from_settings(settings.command_hooks),
-            user_input_handler=context.ask))
+            user_input_handler=context.ask)
         try:
-            session = await self.engine.create_session(
-                config, source="exec", profile=skill, session_id=context.context_id)
+            if context.released:  # its history and instructions are its rollout's
+                session = await self.engine.resume_session(context.context_id, config)
+            else:
+                config = with_base_instructions(config)
+                context.skill = skill
+                session = await self.engine.create_session(
+                    config, source="exec", profile=skill, session_id=context.context_id)
         except BaseException:
-            self._contexts.pop(context.context_id, None)
+            if not context.released:
+                self._contexts.pop(context.context_id, None)
             raise
         context.off = session.on(context.heard)
         return session
 
+    async def _release_idle(self) -> None:
+        """Close the oldest idle sessions beyond `keep_open` (not one with a child running:
+        closing it would cancel the child)."""
+        for context_id in list(self._idle)[:max(0, len(self._idle) - self.keep_open)]:
+            context = self._contexts[context_id]
+            async with context.lock:
+                session = context.session
+                if (session is None or context_id not in self._idle
+                        or session.subsessions.running() or self.closing):
+                    continue
+                del self._idle[context_id]
+                if context.off is not None:
+                    context.off()
+                context.session, context.off, context.run = None, None, None
+                context.released = True
+                with contextlib.suppress(UnknownSession):
+                    await self.engine.destroy_session(session.session_id)
+
     def _ended(self, task_id: str, work: asyncio.Task[None]) -> None:
         self._work.discard(work)
-        self._runs.pop(task_id, None)
+        run = self._runs.pop(task_id, None)
+        if run is None or self.closing:
+            return
+        self._idle[run.session.session_id] = None
 
     async def cancel_all(self) -> None:
         """Every running task ends `canceled` (its tree's rollouts end as cancels), and

@@ -104,7 +104,7 @@ class _BodyLimit:
 
 
 async def serve(home: Path, settings: Settings, host: str, port: int,
-                tokens: tuple[str, ...] | None) -> int:
+                tokens: tuple[str, ...] | None, *, keep_open: int = 64) -> int:
     """Serve until a signal; the exit code (128 + the signal's number)."""
     import logging
 
@@ -116,7 +116,7 @@ async def serve(home: Path, settings: Settings, host: str, port: int,
         profiles = load_profiles(home)
         async with (engine_from_settings(home, settings, profiles) as engine,
                     httpx.AsyncClient(timeout=10.0) as push_http):
-            contexts = Contexts(engine, settings)
+            contexts = Contexts(engine, settings, keep_open=keep_open)
             app, handler = build_app(contexts, url, tokens, push_http,
                                      loopback=is_loopback_host(host))
             server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off"),

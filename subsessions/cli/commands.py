@@ -51,6 +51,9 @@ def add_a2a_command(commands: Any, parents: list[argparse.ArgumentParser]) -> No
     a2a.add_argument("--auth-token-env", metavar="NAME",
                      help="the variable holding the bearer token (several: comma-separated, "
                      "one caller each); requests without it get 401")
+    a2a.add_argument("--keep-open", type=int, default=64, metavar="N",
+                     help="idle contexts whose sessions stay open for follow-ups (default "
+                     "64); an older one is resumed from its rollout when followed up")
 
 
 def add_batch_command(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
