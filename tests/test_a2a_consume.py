@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from a2a_support import TIMEOUT
+from openai_support import run
 
 import subsessions
 from subsessions import ChildFailed, Engine, ScriptedModel, SessionConfig
@@ -312,6 +313,14 @@ async def test_engines_from_settings_route_a2a_profiles_to_the_agent(home: Path)
 def test_the_profile_keys_are_checked_strictly(text: str, said: str) -> None:
     with pytest.raises(subsessions.ProfileError, match=re.escape(said)):
         parse_profile(text, "remote.toml")
+
+
+async def test_profiles_show_names_the_agent(home: Path, tmp_path: Path) -> None:
+    write_profile(home, "http://127.0.0.1:9/agent/", "REMOTE_TOKEN")
+    code, out, _ = await run("profiles", "show", "remote", "--home", str(home), cwd=tmp_path)
+    assert code == 0
+    assert "a2a_url (a remote A2A agent): http://127.0.0.1:9/agent/\n" in out
+    assert "a2a_token_env: REMOTE_TOKEN\n" in out
 
 
 def test_a_remote_profiles_children_run_on_the_agent() -> None:
