@@ -6,10 +6,12 @@ runs a profile top-level; and the one line a missing extra gives."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 from a2a_support import (
     DeleteTaskPushNotificationConfigRequest,
     GetTaskPushNotificationConfigRequest,
@@ -152,3 +154,34 @@ async def test_without_the_extra_the_command_says_which_to_install(tmp_path: Pat
     assert proc.returncode == 1 and out == b""
     assert err.decode().strip() == ("subsessions: `subsessions a2a` needs the A2A SDK (a2a is "
                                     "missing): pip install 'subsessions[a2a]'")
+
+
+async def test_the_sdks_0_3_names_answer_on_the_same_url(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """A 0.3 client's JSON-RPC (no `A2A-Version` header): `message/send`, `tasks/get`,
+    `tasks/cancel`, `message/stream`, in 0.3's shapes (`kind`, lowercase states)."""
+    fake_openai.script = Model()
+
+    def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": method, "method": method, "params": params}
+
+    said = {"kind": "message", "messageId": "m1", "role": "user",
+            "parts": [{"kind": "text", "text": "hello"}]}
+    async with a2a_server(home, fake_openai, tmp_path) as served, \
+            httpx.AsyncClient(timeout=30) as http:
+        sent = (await http.post(served.url, json=rpc("message/send", {"message": said}))).json()
+        task = sent["result"]
+        assert (task["kind"], task["status"]["state"]) == ("task", "completed")
+        got = (await http.post(served.url, json=rpc("tasks/get", {"id": task["id"]}))).json()
+        assert got["result"]["status"]["state"] == "completed"
+        ended = (await http.post(served.url, json=rpc("tasks/cancel", {"id": task["id"]}))).json()
+        assert ended["error"]["code"] == -32002  # not cancelable: it has ended
+        streamed = await http.post(served.url, json=rpc("message/stream", {"message": {
+            **said, "messageId": "m2", "contextId": task["contextId"]}}))
+        frames = [json.loads(line[5:]) for line in streamed.text.splitlines()
+                  if line.startswith("data:")]
+    last = frames[-1]["result"]
+    assert (last["kind"], last["status"]["state"], last["final"]) == (
+        "status-update", "completed", True)
+    assert last["contextId"] == task["contextId"]
