@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from a2a_support import TIMEOUT
+from a2a_support import TIMEOUT, Model, a2a_server
+from fake_openai import FakeOpenAI, fake_openai
 from openai_support import run
 
 import subsessions
@@ -25,6 +26,7 @@ from subsessions.profiles import parse_profile
 from subsessions.rollouts import find_rollout, read_rollout
 from subsessions.settings import load_settings, with_overrides
 
+__all__ = ["fake_openai"]
 uvicorn = pytest.importorskip("uvicorn", reason="pip install 'subsessions[a2a]'")
 from a2a.helpers.proto_helpers import new_task_from_user_message, new_text_part  # noqa: E402
 from a2a.server.agent_execution import AgentExecutor, RequestContext  # noqa: E402
@@ -327,3 +329,20 @@ def test_a_remote_profiles_children_run_on_the_agent() -> None:
     profile = parse_profile('name = "r"\na2a_url = "http://h:1/"\na2a_token_env = "T"\n', "f")
     assert profile.remote_model == "a2a:http://h:1/;token_env=T"
     assert subsessions.Profile(name="x").remote_model is None
+
+
+async def test_a_child_can_be_another_subsessions_a2a(
+    home: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """Both directions at once: the agent is `subsessions a2a` in another process."""
+    fake_openai.script = Model()
+    async with a2a_server(tmp_path / "remote-home", fake_openai, tmp_path) as served:
+        write_profile(home, served.url)
+        async with engine(home) as eng:
+            parent = await eng.create_session(SessionConfig())
+            child = await parent.subsessions.spawn_child("remote", "hello")
+            assert await parent.subsessions.wait_child(child, timeout=TIMEOUT) == (
+                "hello: answered (1 user messages seen)")
+            assert await parent.subsessions.send_message(child, "again") == "started"
+            assert await parent.subsessions.wait_child(child, timeout=TIMEOUT) == (
+                "again: answered (2 user messages seen)")  # the agent's context continues
