@@ -28,7 +28,11 @@ from subsessions.settings import load_settings, with_overrides
 
 __all__ = ["fake_openai"]
 uvicorn = pytest.importorskip("uvicorn", reason="pip install 'subsessions[a2a]'")
-from a2a.helpers.proto_helpers import new_task_from_user_message, new_text_part  # noqa: E402
+from a2a.helpers.proto_helpers import (  # noqa: E402
+    new_task_from_user_message,
+    new_text_message,
+    new_text_part,
+)
 from a2a.server.agent_execution import AgentExecutor, RequestContext  # noqa: E402
 from a2a.server.events import EventQueue  # noqa: E402
 from a2a.server.request_handlers import DefaultRequestHandler  # noqa: E402
@@ -39,6 +43,7 @@ from a2a.types import (  # noqa: E402
     AgentCard,
     AgentInterface,
     AgentSkill,
+    Role,
 )
 from starlette.applications import Starlette  # noqa: E402
 from starlette.responses import JSONResponse, PlainTextResponse  # noqa: E402
@@ -56,6 +61,10 @@ class Remote(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         text = context.get_user_input()
         self.seen.append((text, context.context_id or ""))
+        if text == "direct":  # a reply with no task at all
+            await event_queue.enqueue_event(new_text_message(
+                "a direct reply", context_id=context.context_id, role=Role.ROLE_AGENT))
+            return
         updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
         if context.current_task is None and context.message is not None:
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
@@ -234,6 +243,19 @@ async def test_input_required_or_a_failure_fails_the_child_with_the_agents_words
                 await parent.subsessions.wait_child(fails, timeout=TIMEOUT)
             assert failed.value.error.startswith(f"remote agent {url}: task ")
             assert failed.value.error.endswith(" failed: disk on fire")
+
+
+async def test_a_direct_message_is_the_answer(home: Path) -> None:
+    async with remote_agent(Remote()) as url:
+        write_profile(home, url)
+        async with engine(home) as eng:
+            parent = await eng.create_session(SessionConfig())
+            child = await parent.subsessions.spawn_child("remote", "direct")
+            assert await parent.subsessions.wait_child(child, timeout=TIMEOUT) == (
+                "a direct reply")
+            listed = [info.listing() for info in parent.subsessions.children()]
+    assert [(e["session_id"], e["session_type"], e["status"]) for e in listed] == [
+        (child, "remote", "completed")]
 
 
 async def test_cancelling_the_child_cancels_the_agents_task(home: Path) -> None:
