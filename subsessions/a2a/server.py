@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -40,11 +41,11 @@ from subsessions.a2a.contexts import Contexts
 from subsessions.a2a.executor import OwnedContexts, SessionsExecutor
 from subsessions.engine import listen
 from subsessions.engine.from_settings import engine_from_settings
-from subsessions.profiles import load_profiles
 from subsessions.settings import Settings
 
 MAX_BODY_BYTES = 1 << 20  # a task's message is text: a megabyte is plenty
-# extended-card and legacy names stay the SDK's; what shows in the logs is ours
+# the SDK logs every failed task and dropped stream with a traceback: the caller is told,
+# and stderr keeps to our one-line messages
 _QUIET = ("a2a", "sse_starlette")
 
 
@@ -86,11 +87,12 @@ class _BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers", ())).get(b"content-length", b"0")
-        seen = int(declared) if declared.isdigit() else 0
+        refused = declared.isdigit() and int(declared) > self.limit  # before reading it
+        seen = 0
 
         async def limited() -> Any:
             nonlocal seen
-            if seen > self.limit:
+            if refused:
                 raise HTTPException(413)
             message = await receive()
             if message["type"] == "http.request":
@@ -99,22 +101,18 @@ class _BodyLimit:
                     raise HTTPException(413)
             return message
 
-        seen = seen if seen > self.limit else 0  # counted as it arrives unless refused now
         await self.app(scope, limited, send)
 
 
 async def serve(home: Path, settings: Settings, host: str, port: int,
                 tokens: tuple[str, ...] | None, *, keep_open: int = 64) -> int:
     """Serve until a signal; the exit code (128 + the signal's number)."""
-    import logging
-
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.ERROR)
     sock = listen.bind(host, port)
     url = f"http://{listen.shown_host(host)}:{sock.getsockname()[1]}/"
     try:
-        profiles = load_profiles(home)
-        async with (engine_from_settings(home, settings, profiles) as engine,
+        async with (engine_from_settings(home, settings) as engine,
                     httpx.AsyncClient(timeout=10.0) as push_http):
             contexts = Contexts(engine, settings, keep_open=keep_open)
             app, handler = build_app(contexts, url, tokens, push_http,
