@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import define, field
 
@@ -27,7 +26,8 @@ from subsessions.errors import SessionBusy, ToolNotSupported, UnknownSession
 from subsessions.events import SessionEvent
 from subsessions.settings import Settings
 
-log = logging.getLogger("subsessions.a2a")
+if TYPE_CHECKING:
+    from a2a.server.tasks import TaskUpdater
 
 
 @define(eq=False)
@@ -83,8 +83,8 @@ class Contexts:
     def run(self, task_id: str | None) -> TaskRun | None:
         return None if task_id is None else self._runs.get(task_id)
 
-    async def start(self, owner: str, context_id: str, task_id: str, run: Any, prompt: str,
-                    skill: str | None) -> TaskRun:
+    async def start(self, owner: str, context_id: str, task_id: str, updater: TaskUpdater,
+                    prompt: str, skill: str | None) -> TaskRun:
         """A new task in the context (opened now if new): the session runs `prompt`."""
         context = self._contexts.get(context_id)
         if context is None:
@@ -99,7 +99,7 @@ class Contexts:
         async with context.lock:
             if context.session is None:
                 context.session = await self._open(context, skill)
-        task_run = TaskRun(context.session, task_id, run)
+        task_run = TaskRun(context.session, task_id, updater)
         context.run = task_run
         self._runs[task_id] = task_run
         work = task_run.start(prompt)
