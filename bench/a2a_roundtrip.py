@@ -136,10 +136,11 @@ async def run(args: argparse.Namespace) -> None:
     way = "message/stream" if args.stream else "message/send"
     print(f"one task in a new session, {per_round} per round x {args.rounds} rounds "
           f"({args.n} a side), µs per task: min / median / max")
-    print(f"  Python API (in process)       {fmt(api_times, per_round)}")
-    print(f"  a2a-sdk client via a2a ({way.split('/')[1]}) {fmt(a2a_times, per_round)}")
-    print(f"  median ratio A2A/API          {ratio:9.2f}")
-    print(f"  overhead per task (median)    {over:9.0f} µs")
+    subject = f"a2a-sdk client via a2a ({way.split('/')[1]})"
+    print(f"  {'Python API (in process)':<30}{fmt(api_times, per_round)}")
+    print(f"  {subject:<30}{fmt(a2a_times, per_round)}")
+    print(f"  {'median ratio A2A/API':<30}{ratio:9.2f}")
+    print(f"  {'overhead per task (median)':<30}{over:9.0f} µs")
     print(f"{args.concurrent} concurrent tasks, wall ms: API {api_k * 1e3:.0f}, "
           f"A2A {a2a_k * 1e3:.0f}, ratio {a2a_k / api_k:.2f}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
