@@ -231,7 +231,8 @@ def derive_config(
         return evolve(
             base,
             instructions="\n\n".join(p for p in parts if p),
-            model=base.model or (None if profile.model == "inherit" else profile.model),
+            model=base.model or profile.remote_model or (
+                None if profile.model == "inherit" else profile.model),
             tools=filter_tools(base.tools, profile.tools),
             max_turns=profile.max_turns,
             budget=base.budget or profile.budget,
@@ -240,7 +241,7 @@ def derive_config(
         )
     custom = [t for t in base.tools if t.name not in BUILTIN_TOOL_NAMES]
     return SessionConfig(
-        model=model if profile.model == "inherit" else profile.model,
+        model=profile.remote_model or (model if profile.model == "inherit" else profile.model),
         instructions=profile.developer_instructions,
         tools=filter_tools((*custom, *builtins), profile.tools),
         cwd=cwd,

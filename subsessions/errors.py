@@ -19,7 +19,8 @@
     ├── ModelError                the model client failed (scripted or real)
     │   ├── ModelUnavailable      the provider does not serve that model: try a fallback
     │   ├── MalformedStream       the provider broke the protocol; retrying will not help
-    │   └── InvalidHistory        a history item lacks a field the wire format needs
+    │   ├── InvalidHistory        a history item lacks a field the wire format needs
+    │   └── RemoteAgentError      a remote A2A agent (a2a_url) failed, or asked for input
     ├── ToolNotSupported          a tool the calling agent may not use, or that does not exist
     ├── PermissionDenied          a permission request was not approved
     ├── McpToolError              an MCP server's tool failed (server and tool named)
@@ -325,6 +326,19 @@ class MalformedStream(ModelError):
 
 class InvalidHistory(ModelError):
     """A history item cannot be put on the wire (a field is missing): no request is sent."""
+
+
+class RemoteAgentError(ModelError):
+    """A child that is a remote A2A agent (a profile's `a2a_url`) could not
+    answer: unreachable, a bad agent card, a failed task, or a question (`input-required`:
+    children never block on a human). One line, naming the agent."""
+
+    def __init__(self, url: str, problem: str, *, question: str | None = None) -> None:
+        self.url, self.problem, self.question = url, problem, question
+        if question is not None:
+            super().__init__(f"remote agent needs input: {question}")
+        else:
+            super().__init__(f"remote agent {url}: {problem}")
 
 
 class ToolNotSupported(SubsessionError):

@@ -57,7 +57,7 @@ def ray_cluster() -> Iterator[Any]:
 # `subprocess.run(timeout=600)`). Tests that may pay for one get a bound that covers it.
 RAY_SECONDS = 240
 NPM_SECONDS = 720
-NPM_FIXTURES = frozenset({"claude", "codex", "inspector", "ts_sdk"})
+NPM_FIXTURES = frozenset({"a2a_js", "claude", "codex", "inspector", "ts_sdk"})
 
 
 def _bound(item: pytest.Item) -> int | None:

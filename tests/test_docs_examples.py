@@ -63,7 +63,7 @@ def _runs(body: str) -> bool:
 def test_shell_examples_that_need_a_model_say_so() -> None:
     """Shell blocks on the offline model run (below); another one that starts sessions (or
     a cluster, or an npm host) opens with a `# needs ...` comment saying what it needs."""
-    needs = re.compile(r"subsessions (run|batch|mcp|serve|resume)\b|codex |ray start|npx ")
+    needs = re.compile(r"subsessions (run|batch|mcp|serve|resume|a2a)\b|codex |ray start|npx ")
     silent = [where for where, body in SHELL_BLOCKS if needs.search(body) and not _runs(body)
               and not body.lstrip().startswith("# needs")]
     assert silent == [], silent

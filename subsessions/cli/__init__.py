@@ -80,6 +80,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         from subsessions.serve.server import run_serve_command
 
         return run_serve_command(args, home, settings_from_args(args, home))
+    if args.command == "a2a":
+        from subsessions.a2a.command import run_a2a_command  # the optional [a2a] extra
+
+        return run_a2a_command(args, home, settings_from_args(args, home))
     if args.command == "profiles":
         from subsessions.cli.profiles import show_profiles
 

@@ -36,6 +36,26 @@ def add_serve_command(commands: Any, parents: list[argparse.ArgumentParser]) -> 
         serve.add_argument(flag, help=argparse.SUPPRESS)  # the SDKs pass them; nothing applies
 
 
+def add_a2a_command(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
+    a2a = commands.add_parser(
+        "a2a", parents=parents,
+        help="serve sessions as A2A (Agent2Agent) tasks over HTTP",
+        description="An A2A server (the official a2a-sdk; the [a2a] extra): message/send and "
+        "message/stream start a top-level session (a new contextId) or continue one the "
+        "caller made; tasks/get, tasks/list, tasks/cancel (with the children), "
+        "tasks/resubscribe and push-notification configs; the agent card at "
+        "/.well-known/agent-card.json has a skill per profile. Loopback only unless "
+        "SUBSESSIONS_A2A_ALLOW_REMOTE=1.")
+    a2a.add_argument("--http", metavar="HOST:PORT", required=True,
+                     help="where to listen, e.g. 127.0.0.1:8765 (port 0: any free one)")
+    a2a.add_argument("--auth-token-env", metavar="NAME",
+                     help="the variable holding the bearer token (several: comma-separated, "
+                     "one caller each); requests without it get 401")
+    a2a.add_argument("--keep-open", type=int, default=64, metavar="N",
+                     help="idle contexts whose sessions stay open for follow-ups (default "
+                     "64); an older one is resumed from its rollout when followed up")
+
+
 def add_batch_command(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
     batch = commands.add_parser(
         "batch", parents=parents,

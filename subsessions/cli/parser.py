@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from subsessions._version import __version__
 from subsessions.cli.commands import (
+    add_a2a_command,
     add_batch_command,
     add_rollout_commands,
     add_serve_command,
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_mcp_command(commands, common, model_options)
     add_serve_command(commands, [common, model_options])
+    add_a2a_command(commands, [common, model_options])
     add_batch_command(commands, [common, model_options, work_options])
 
     profiles = commands.add_parser(

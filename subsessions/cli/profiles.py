@@ -33,7 +33,9 @@ def show_profiles(args: argparse.Namespace, home: Path, out: TextIO) -> int:
     if host:  # a peer's tool we have no built-in for: the host must offer it
         out.write(f"host tools (not built in): {', '.join(host)}\n")
     for label, value in (("sandbox", profile.sandbox), ("isolation", profile.isolation),
-                         ("reasoning_effort", profile.reasoning_effort)):
+                         ("reasoning_effort", profile.reasoning_effort),
+                         ("a2a_url (a remote A2A agent)", profile.a2a_url),
+                         ("a2a_token_env", profile.a2a_token_env)):
         if value is not None:
             out.write(f"{label}: {value}\n")
     out.write(f"developer_instructions:\n{profile.developer_instructions}")

@@ -32,7 +32,6 @@ import importlib
 import math
 import os
 import signal
-import socket
 import sys
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -40,6 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from subsessions._util.urls import is_loopback_host
+from subsessions.engine import listen
+from subsessions.engine.listen import parse_http_address
 from subsessions.errors import ConfigError, SubsessionError, error_text
 from subsessions.settings import Settings, api_key
 
@@ -62,27 +63,10 @@ _APP_MODULES = ("subsessions.mcp.app", "subsessions.engine.from_settings",
 _SDK_MODULES = {"mcp", "mcp_types", "uvicorn", "starlette", "anyio", "httpx2", "sse_starlette"}
 
 
-def parse_http_address(text: str) -> tuple[str, int]:
-    """`HOST:PORT` (`[::1]:PORT` for IPv6) -> (host, port); ConfigError when malformed."""
-    host, sep, port_text = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise ConfigError("command line", "--http",
-                          f"{text!r} is not HOST:PORT, e.g. 127.0.0.1:8765")
-    return host, int(port_text)
-
-
 def check_http_host(host: str, allow_remote: bool) -> None:
-    if is_loopback_host(host) or allow_remote:
-        return
-    raise ConfigError(
-        "command line", "--http",
-        f"refusing to listen on {host}: the MCP server has no authentication, so anyone who "
-        "can reach it could run sub-sessions on your model account and read your rollouts; "
-        f"use a loopback address such as 127.0.0.1, or set {ALLOW_REMOTE_ENV}=1 to serve it "
-        "anyway (behind your own authentication)",
-    )
+    """The loopback rule (`subsessions.engine.listen`), as `subsessions mcp` words it."""
+    listen.check_http_host(host, allow_remote, server="the MCP server",
+                           allow_env=ALLOW_REMOTE_ENV)
 
 
 def check_idle_timeout(seconds: float | None) -> float:
@@ -103,9 +87,8 @@ def run_mcp_command(args: argparse.Namespace, home: Path, settings: Settings) ->
     idle_timeout = check_idle_timeout(getattr(args, "session_idle_timeout", None))
     if address:
         http = parse_http_address(address)
-        allow = bool(getattr(args, "allow_remote", False)) or os.environ.get(
-            ALLOW_REMOTE_ENV, "") not in ("", "0")
-        check_http_host(http[0], allow)
+        check_http_host(http[0], listen.remote_allowed(
+            ALLOW_REMOTE_ENV, getattr(args, "allow_remote", False)))
     api_key(settings.provider)  # a missing key is told now, not after the handshake
     try:
         from subsessions.mcp import front as _front  # noqa: F401  (the optional [mcp] extra)
@@ -289,18 +272,9 @@ async def _serve_http(
         )
     starlette_app = app.server.streamable_http_app(
         host=host, transport_security=security, session_idle_timeout=idle_timeout)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)  # before the URL is printed: a host may dial it at once
-    except OSError as exc:
-        sock.close()
-        raise ConfigError("command line", "--http", f"cannot listen on {host}:{port}: "
-                          f"{exc.strerror or exc}") from None
+    sock = listen.bind(host, port)
     bound = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
+    shown = listen.shown_host(host)
     server = Server(uvicorn.Config(starlette_app, log_level="warning", lifespan="on"))
     print(f"subsessions mcp: serving streamable HTTP at http://{shown}:{bound}/mcp",
           file=sys.stderr, flush=True)

@@ -14,6 +14,7 @@ from typing import Any
 from attrs import field, frozen
 
 from subsessions._util.safe_read import NotReadable, read_regular
+from subsessions._util.urls import url_problem
 from subsessions.budget import Budget, parse_budget
 from subsessions.errors import InvalidArguments, ProfileError, UnknownSessionType
 
@@ -32,6 +33,24 @@ def _strings(value: Iterable[str]) -> tuple[str, ...]:
 
 def _as_tuple(value: Iterable[str] | None) -> tuple[str, ...] | None:
     return None if value is None else _strings(value)
+
+
+A2A_MODEL_PREFIX = "a2a:"
+A2A_TOKEN_MARK = ";token_env="
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def _check_remote(url: object, token_env: object) -> None:
+    if url is None:
+        if token_env is not None:
+            raise ValueError("a2a_token_env needs a2a_url")
+        return
+    if not isinstance(url, str) or url_problem(url) is not None or A2A_TOKEN_MARK in url:
+        raise ValueError(f"a2a_url must be an http(s) URL, not {url!r:.80}")
+    if token_env is not None and (not isinstance(token_env, str)
+                                  or not _ENV_NAME.fullmatch(token_env)):
+        raise ValueError(f"a2a_token_env must name an environment variable, not "
+                         f"{token_env!r:.60}")
 
 
 def check_tool_choice(choice: object) -> None:
@@ -64,9 +83,14 @@ class Profile:
     sandbox: str | None = None  # "read-only", or None: the parent's (see PROFILE_SANDBOXES)
     reasoning_effort: str | None = None  # Codex's model_reasoning_effort, kept as read
     isolation: str | None = None  # "worktree": each child in a git worktree of its own
+    # a remote A2A agent as the child: its URL, and the variable holding its
+    # bearer token (never the token itself: profiles are shared files)
+    a2a_url: str | None = None
+    a2a_token_env: str | None = None
 
     def __attrs_post_init__(self) -> None:
         check_tool_choice(self.tool_choice)
+        _check_remote(self.a2a_url, self.a2a_token_env)
         if self.sandbox not in PROFILE_SANDBOXES:
             raise ValueError(f"sandbox must be 'read-only' or None, not {self.sandbox!r:.40}")
         if self.isolation not in (None, "worktree"):
@@ -82,6 +106,15 @@ class Profile:
             raise ValueError("max_turns must be at least 1")
         if self.budget is not None and not isinstance(self.budget, Budget):
             raise ValueError(f"budget must be a Budget or None, not {self.budget!r:.60}")
+
+    @property
+    def remote_model(self) -> str | None:
+        """The model id a remote agent's child runs on (`a2a:URL`, and `;token_env=NAME`):
+        the model client routes it to the agent, and its rollouts name the agent."""
+        if self.a2a_url is None:
+            return None
+        token = f"{A2A_TOKEN_MARK}{self.a2a_token_env}" if self.a2a_token_env else ""
+        return f"{A2A_MODEL_PREFIX}{self.a2a_url}{token}"
 
     def allows(self, tool_name: str) -> bool:
         """Whether the allowlist admits a tool: `None` all, `()` none, a list only those."""
@@ -113,6 +146,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "isolation": ((str,), "a string"),
     "sandbox": ((str,), "a string"),
     "reasoning_effort": ((str,), "a string"),
+    "a2a_url": ((str,), "a string"),
+    "a2a_token_env": ((str,), "a string"),
 }
 
 
