@@ -381,3 +381,19 @@ async def test_a_resumed_csv_output_keeps_one_header_and_one_row_per_item(
     rows = list(csv.DictReader(io.StringIO((work(parent) / "out.csv").read_text())))
     assert sorted((r["item"], r["name"], r["status"], r["result"]) for r in rows) == [
         (str(i + 2), f"item{i}", "completed", f"ok, Do item{i}\nsecond line") for i in range(4)]
+
+
+async def test_a_resume_keeps_the_journals_concurrency_and_refuses_a_bad_one_unwritten(
+        parent: Session, script: Script, home: Path) -> None:
+    write_csv(work(parent) / "in.csv", 3)
+    first = await parent.subsessions.run_batch("worker", "in.csv", "Do {name}", "out.jsonl",
+                                               max_concurrency=3, budget=Budget(max_turns=1))
+    journal = journal_path(home, first.batch_id)
+    before = journal.read_bytes()
+    with pytest.raises(BatchError, match="max_concurrency must be a whole number"):
+        await parent.subsessions.run_batch("worker", "", "", "", max_concurrency=-1,
+                                           resume=first.batch_id)
+    assert journal.read_bytes() == before  # refused before anything was written
+    await parent.subsessions.run_batch("worker", "", "", "", resume=first.batch_id)
+    resumed = [r for r in lines(journal) if r["type"] == "resume"]
+    assert resumed[-1]["max_concurrency"] == 3  # the journal's, not a default

@@ -309,6 +309,8 @@ async def test_after_its_parent_is_destroyed_a_child_is_unknown(
     with pytest.raises(UnknownSession) as caught:
         engine.resolve_session(cid)
     assert str(caught.value) == f"unknown session {cid}"
+    with pytest.raises(UnknownSession):  # the old object runs nothing more: a resume may
+        await parent.send_and_wait("again")  # write its rollout without a second writer
 
 
 # -- allowlists -----------------------------------------------------------------------------

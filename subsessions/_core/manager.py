@@ -519,7 +519,7 @@ class SubsessionManager(ChildBook):
 
     async def run_batch(
         self, session_type: str, items_path: str | os.PathLike[str], prompt: str,
-        output_path: str | os.PathLike[str], max_concurrency: int = 16,
+        output_path: str | os.PathLike[str], max_concurrency: int | None = None,
         budget: Budget | None = None, *, resume: str | None = None,
         inside_workspace: bool = False, call_id: str | None = None,
         output_schema: dict[str, Any] | None = None, fork_turns: int | str | None = None,
@@ -538,7 +538,8 @@ class SubsessionManager(ChildBook):
             prompt: the prompt template: `{name}` stands for the item's field `name`.
             output_path: where the results go: a `.csv` or `.jsonl` file. Relative to this
                 session's cwd.
-            max_concurrency: children running at once, at least 1.
+            max_concurrency: children running at once, at least 1 (None: 16, or the
+                journal's on a resume).
             budget: limits for each item's child.
             resume: a batch id: run that batch's unfinished items again, with this call's
                 `max_concurrency` and `budget` (the journal's budget when None); the other
@@ -656,6 +657,8 @@ class SubsessionManager(ChildBook):
                 await asyncio.wait((record.finished,))
                 continue
             if record.worktree is not None and record.worktree_removed:
+                self._session.runtime.check_open()  # refused now: nothing made to leave
+                self._check_can_start("send messages to its sub-sessions")
                 await worktrees.again(record.worktree)  # where its history says it works
                 record.worktree_removed = False
                 continue

@@ -16,7 +16,7 @@ from subsessions._core.origin import NEW, Origin, Phase
 from subsessions._core.runtime import Runtime
 from subsessions._core.tree import TreeLedger
 from subsessions.config import SessionConfig
-from subsessions.errors import InvalidArguments, SubsessionError
+from subsessions.errors import InvalidArguments, SubsessionError, UnknownSession
 from subsessions.profiles import Profile
 
 log = logging.getLogger("subsessions")
@@ -107,6 +107,7 @@ class Session(Conversation):
         Raises:
             InvalidArguments: `prompt` is empty, or `timeout` is not a positive number.
             SessionBusy: a task is already running in this session.
+            UnknownSession: the engine destroyed this session (`destroy_session`).
             StillRunning: `timeout` passed first; the task goes on. Also a `TimeoutError`.
             EngineClosed: the engine is closed, or was closed (or this session destroyed)
                 while the task ran.
@@ -121,6 +122,8 @@ class Session(Conversation):
                                     or not 0 < timeout < math.inf):
             raise InvalidArguments("send_and_wait", "timeout must be a positive number of "
                                    "seconds, or None")
+        if not self.runtime.registered(self.session_id):  # destroyed: its rollout is free
+            raise UnknownSession(self.session_id)  # for a resume, never two writers
         return await self.runtime.run_owned(self.run_task(prompt), self.session_id, timeout)
 
     async def run_task(self, prompt: str, first: bool | None = None) -> str | None:

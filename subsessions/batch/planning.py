@@ -145,7 +145,10 @@ def reopen(home: Path, batch_id: str, *, max_concurrency: int | None = None,
                                   f"({exc.problem})") from None
         output = Output.plan(target, format_of(target, "output"),
                              scanned.columns or template.fields, output_schema)
-        concurrency = max_concurrency or int(header["max_concurrency"])
+        concurrency = int(header["max_concurrency"]) if max_concurrency is None else (
+            max_concurrency)
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise BatchError("max_concurrency must be a whole number of at least 1")
         if budget is None and header["budget"] is not None:
             budget = Budget(**header["budget"])
     except BaseException:
