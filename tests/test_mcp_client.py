@@ -284,3 +284,17 @@ async def test_a_server_that_cannot_start_is_named_in_the_rollout(home: Path) ->
 
     events = read_rollout(find_rollout(home, session.session_id)).events("background_event")
     assert any("MCP server broken is unavailable" in e["message"] for e in events)
+
+
+async def test_resumed_and_forked_sessions_get_the_engines_mcp_tools(home: Path) -> None:
+    """As a new session does: a session continued from its rollout calls them too."""
+    tables = {"t": tool_server()}
+    async with Engine(home, model_client=ScriptedModel(_add_script),
+                      mcp_servers=tables) as engine:
+        first = await engine.create_session()
+        assert await first.send_and_wait("add") == "tool said '5' (success=True)"
+        await engine.destroy_session(first.session_id)
+        resumed = await engine.resume_session(first.session_id)
+        forked = await engine.fork_session(first.session_id)
+        for session in (resumed, forked):
+            assert "mcp__t__add" in {spec["name"] for spec in session.tool_specs()}

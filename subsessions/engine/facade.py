@@ -251,10 +251,7 @@ class Engine:
             if session_id in OPEN_IN_THIS_PROCESS or _on_disk(self.home, session_id):
                 raise SessionBusy(session_id, "already exists; resume it instead")
         self._runtime.start_flusher()
-        config = config or SessionConfig()
-        mcp_tools, mcp_errors = await self._mcp.tools(config)
-        if mcp_tools:
-            config = evolve(config, tools=(*config.tools, *mcp_tools))
+        config, mcp_errors = await self._with_mcp(config)
         chosen = None
         if profile is not None:
             known = profile_namespace(self.profiles, config.custom_agents)
@@ -266,8 +263,7 @@ class Engine:
         # does anything (an MCP connection that only looked) leaves no empty file behind.
         session = Session.new(self._runtime, config, source=source, profile=chosen,
                               session_id=session_id)
-        for name, problem in mcp_errors.items():
-            session.note(f"MCP server {name} is unavailable: {problem}")
+        _note_unavailable(session, mcp_errors)
         self._sessions[session.session_id] = session
         OPEN_IN_THIS_PROCESS.add(session.session_id)
         self.dispatcher.register(session)
@@ -299,6 +295,7 @@ class Engine:
             SessionBusy: the session is open in this engine or another engine of this
                 process, or another process is still writing it (fork it instead).
             ControlUnavailable: `config` asks for a control socket and it cannot be opened.
+            ConfigError: MCP servers are named but the MCP SDK is not installed.
         """
         self.check_open()
         path, rollout = resume.load(self.home, id_or_path)
@@ -308,9 +305,12 @@ class Engine:
         if rollout.session_id in OPEN_IN_THIS_PROCESS:
             raise SessionBusy(rollout.session_id, "is open in another engine; fork it instead")
         resume.check_resumable(rollout)
+        config, mcp_errors = await self._with_mcp(config)
+        self.check_open()  # closing may have started while the MCP servers started
         await self._open_control(config)
         session = self.adopt(resume.rebuild(self._runtime, path, rollout, fork=False,
                                             config=config))
+        _note_unavailable(session, mcp_errors)
         resume.requeue(session, rollout)  # its queued spawns wait (or start) again
         return session
 
@@ -337,12 +337,27 @@ class Engine:
             RolloutError: the rollout cannot be read (a path that does not exist
                 included), or is not a session's rollout.
             ControlUnavailable: `config` asks for a control socket and it cannot be opened.
+            ConfigError: MCP servers are named but the MCP SDK is not installed.
         """
         self.check_open()
         path, rollout = resume.load(self.home, id_or_path)
+        config, mcp_errors = await self._with_mcp(config)
+        self.check_open()
         await self._open_control(config)
-        return self.adopt(resume.rebuild(self._runtime, path, rollout, fork=True,
-                                         config=config))
+        session = self.adopt(resume.rebuild(self._runtime, path, rollout, fork=True,
+                                            config=config))
+        _note_unavailable(session, mcp_errors)
+        return session
+
+    async def _with_mcp(self, config: SessionConfig | None) -> tuple[SessionConfig,
+                                                                       dict[str, str]]:
+        """`config` with the tools of the engine's and its own MCP servers (started on first
+        use), and the servers that could not start, with why."""
+        config = config or SessionConfig()
+        mcp_tools, mcp_errors = await self._mcp.tools(config)
+        if mcp_tools:
+            config = evolve(config, tools=(*config.tools, *mcp_tools))
+        return config, dict(mcp_errors)
 
     def adopt(self, session: Session) -> Session:
         """Register a session built from disk (resume, fork) as top-level."""
@@ -453,3 +468,8 @@ def _on_disk(home: Path, session_id: str) -> bool:
     except UnknownSession:
         return False
     return True
+
+
+def _note_unavailable(session: Session, errors: dict[str, str]) -> None:
+    for name, problem in errors.items():
+        session.note(f"MCP server {name} is unavailable: {problem}")
