@@ -384,7 +384,8 @@ class SessionState(SessionParts):
 
         Args:
             include_children: add what every descendant spent, those run by another
-                process (Ray) included.
+                process (Ray) included; a batch's ended children are not kept, so not
+                counted (their usage is in the batch's output).
 
         Returns:
             The counts; `estimated` is set when a model reported no token counts and they
