@@ -41,6 +41,14 @@ class Recorded:
     headers: Mapping[str, str] = field(default_factory=dict)
 
     @property
+    def api_key(self) -> str | None:
+        """The key the SDK sent: `x-api-key` (SDK 1.x), or `Authorization: Bearer` (2.x)."""
+        if "x-api-key" in self.headers:
+            return self.headers["x-api-key"]
+        scheme, _, key = self.headers.get("authorization", "").partition(" ")
+        return key if scheme == "Bearer" and key else None
+
+    @property
     def tool_names(self) -> list[str]:
         return [str(tool.get("name")) for tool in self.body.get("tools") or []]
 

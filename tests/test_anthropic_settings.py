@@ -102,7 +102,7 @@ async def test_run_on_the_anthropic_wire(home: Path, tmp_path: Path) -> None:
     assert (code, out, err) == (0, "hello from claude\n", "")
     [request] = fake.requests
     assert request.body["model"] == CLAUDE_MODEL and request.body["max_tokens"] == 8192
-    assert request.headers["x-api-key"]  # a loopback server needs no key: any is sent
+    assert request.api_key  # a loopback server needs no key: any is sent
 
 
 @pytest.mark.parametrize(("status", "kind", "message"), [

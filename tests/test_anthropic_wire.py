@@ -87,7 +87,7 @@ async def test_the_request_has_system_tools_max_tokens_and_cache_marks(
     await ask(fake, *HISTORY)
     [request] = fake.requests
     body = request.body
-    assert request.headers["x-api-key"] == "sk-test"
+    assert request.api_key == "sk-test"
     assert body["stream"] is True and body["max_tokens"] == 8192
     assert body["system"] == [{"type": "text", "text": "Be brief.",
                                "cache_control": {"type": "ephemeral"}}]
