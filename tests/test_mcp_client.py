@@ -298,3 +298,31 @@ async def test_resumed_and_forked_sessions_get_the_engines_mcp_tools(home: Path)
         forked = await engine.fork_session(first.session_id)
         for session in (resumed, forked):
             assert "mcp__t__add" in {spec["name"] for spec in session.tool_specs()}
+
+
+async def test_two_callers_creating_one_session_id_at_once_get_one_session(home: Path) -> None:
+    """Starting a session's MCP servers takes a while: a second caller naming the same id
+    meanwhile is refused, not given a second session writing the same rollout; an id whose
+    creation failed can be taken again."""
+    from subsessions import SessionBusy, UnknownSessionType
+    from subsessions.ids import new_session_id
+
+    config = SessionConfig(mcp_servers={"slow": {
+        "command": sys.executable, "args": ["-c", "raise SystemExit(3)"],
+        "startup_timeout_ms": 5000}})
+    session_id = new_session_id()
+    async with Engine(home, model_client=ScriptedModel(["one"])) as engine:
+        results = await asyncio.gather(
+            engine.create_session(config, session_id=session_id),
+            engine.create_session(config, session_id=session_id), return_exceptions=True)
+        made = [r for r in results if not isinstance(r, BaseException)]
+        refused = [r for r in results if isinstance(r, SessionBusy)]
+        assert len(made) == 1 and len(refused) == 1, results
+        assert "already exists; resume it instead" in str(refused[0])
+        assert engine.get_session(session_id) is made[0]
+        assert await made[0].send_and_wait("hi") == "one"
+
+        other = new_session_id()
+        with pytest.raises(UnknownSessionType):
+            await engine.create_session(config, profile="no-such-profile", session_id=other)
+        assert (await engine.create_session(session_id=other)).session_id == other

@@ -250,6 +250,21 @@ class Engine:
                 raise InvalidArguments("create_session", "session_id must be a lowercase UUID")
             if session_id in OPEN_IN_THIS_PROCESS or _on_disk(self.home, session_id):
                 raise SessionBusy(session_id, "already exists; resume it instead")
+            OPEN_IN_THIS_PROCESS.add(session_id)  # held over the awaits: a second caller is refused
+        try:
+            session = await self._new_session(config, profile, source, session_id)
+        except BaseException:
+            if session_id is not None:
+                OPEN_IN_THIS_PROCESS.discard(session_id)
+            raise
+        self._sessions[session.session_id] = session
+        OPEN_IN_THIS_PROCESS.add(session.session_id)
+        self.dispatcher.register(session)
+        await self.dispatcher.invoke_hook(session, "on_session_start", {"source": source})
+        return session
+
+    async def _new_session(self, config: SessionConfig | None, profile: str | Profile | None,
+                           source: str, session_id: str | None) -> Session:
         self._runtime.start_flusher()
         config, mcp_errors = await self._with_mcp(config)
         chosen = None
@@ -264,10 +279,6 @@ class Engine:
         session = Session.new(self._runtime, config, source=source, profile=chosen,
                               session_id=session_id)
         _note_unavailable(session, mcp_errors)
-        self._sessions[session.session_id] = session
-        OPEN_IN_THIS_PROCESS.add(session.session_id)
-        self.dispatcher.register(session)
-        await self.dispatcher.invoke_hook(session, "on_session_start", {"source": source})
         return session
 
     async def resume_session(
