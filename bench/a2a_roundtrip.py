@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
-import resource
 import statistics
 import sys
 import tempfile
@@ -33,19 +31,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
 import httpx
+from _wire import ANSWER, alternate, fmt, footer, loopback, median_ratio
 from a2a.client import ClientConfig, create_client
 from a2a.helpers.proto_helpers import get_message_text, new_text_message
 from a2a.types import Role, SendMessageRequest, TaskState
-from fake_openai import FakeOpenAI, text
 
 from subsessions import Engine, SessionConfig
-from subsessions.models.factory import build_model_client
-from subsessions.settings import load_settings, with_overrides
 
-ANSWER = "A sub-session is a child conversation with its own history and rollout."
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 
 
@@ -79,11 +72,6 @@ async def concurrent(task: Any, target: Any, k: int) -> float:
     return time.perf_counter() - start
 
 
-def fmt(values: list[float], n: int) -> str:
-    per = sorted(v / n * 1e6 for v in values)
-    return f"{per[0]:9.0f} {statistics.median(per):9.0f} {per[-1]:9.0f}"
-
-
 async def start_server(home: Path, base_url: str) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "subsessions", "a2a", "--home", str(home), "--base-url",
@@ -99,38 +87,27 @@ async def start_server(home: Path, base_url: str) -> tuple[asyncio.subprocess.Pr
 
 async def run(args: argparse.Namespace) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="a2a-bench-"))
-    async with FakeOpenAI() as fake:
-        fake.script = lambda _request: text(ANSWER)
-        settings = with_overrides(load_settings(scratch / "api"), model="bench",
-                                  base_url=fake.base_url)
-        model = build_model_client(settings)
+    per_round = args.n // args.rounds
+    limits = httpx.Limits(max_connections=args.concurrent + 10)
+    async with loopback(scratch) as (fake, engine):
         proc, url = await start_server(scratch / "a2a", fake.base_url)
-        per_round = args.n // args.rounds
-        api_times: list[float] = []
-        a2a_times: list[float] = []
-        limits = httpx.Limits(max_connections=args.concurrent + 10)
         try:
-            async with (Engine(scratch / "api", model_client=model, model="bench") as engine,
-                        httpx.AsyncClient(timeout=120, limits=limits) as http):
+            async with httpx.AsyncClient(timeout=120, limits=limits) as http:
                 client = await create_client(url, ClientConfig(streaming=args.stream,
                                                                httpx_client=http))
                 warm = [f"warm {i}" for i in range(20)]
                 await side(api_task, engine, warm)
                 await side(a2a_task, client, warm)
-                for r in range(args.rounds):
-                    prompts = [f"prompt {r}.{i}" for i in range(per_round)]
-                    fake.requests.clear()
-                    api_times.append(await side(api_task, engine, prompts))
-                    fake.requests.clear()
-                    a2a_times.append(await side(a2a_task, client, prompts))
+                api_times, a2a_times = await alternate(
+                    fake, args.rounds, per_round,
+                    lambda prompts: side(api_task, engine, prompts),
+                    lambda prompts: side(a2a_task, client, prompts))
                 api_k = await concurrent(api_task, engine, args.concurrent)
                 a2a_k = await concurrent(a2a_task, client, args.concurrent)
                 await client.close()
         finally:
             proc.terminate()
             await proc.wait()
-            await model.aclose()
-    ratio = statistics.median(s / a for s, a in zip(a2a_times, api_times, strict=True))
     over = statistics.median((s - a) / per_round * 1e6
                              for s, a in zip(a2a_times, api_times, strict=True))
     way = "message/stream" if args.stream else "message/send"
@@ -139,14 +116,11 @@ async def run(args: argparse.Namespace) -> None:
     subject = f"a2a-sdk client via a2a ({way.split('/')[1]})"
     print(f"  {'Python API (in process)':<30}{fmt(api_times, per_round)}")
     print(f"  {subject:<30}{fmt(a2a_times, per_round)}")
-    print(f"  {'median ratio A2A/API':<30}{ratio:9.2f}")
+    print(f"  {'median ratio A2A/API':<30}{median_ratio(a2a_times, api_times):9.2f}")
     print(f"  {'overhead per task (median)':<30}{over:9.0f} µs")
     print(f"{args.concurrent} concurrent tasks, wall ms: API {api_k * 1e3:.0f}, "
           f"A2A {a2a_k * 1e3:.0f}, ratio {a2a_k / api_k:.2f}")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"bench process peak RSS {peak / 1024:.0f} MiB; rollouts on disk in {scratch} "
-          f"(filesystem of {tempfile.gettempdir()}); gc.freeze not used; "
-          f"load: {os.getloadavg()[0]:.2f}")
+    footer(scratch)
 
 
 def main() -> None:

@@ -22,24 +22,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import resource
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from fake_openai import FakeOpenAI, text
+from _wire import ANSWER, alternate, fmt, footer, loopback, median_ratio
 
 from subsessions import Engine, SessionConfig
-from subsessions.models.factory import build_model_client
-from subsessions.settings import load_settings, with_overrides
-
-ANSWER = "A sub-session is a child conversation with its own history and rollout."
 
 
 async def api_side(engine: Engine, prompts: list[str], per_session: int) -> float:
@@ -94,57 +85,38 @@ async def sdk_concurrent(client: Any, k: int) -> float:
     return elapsed
 
 
-def fmt(values: list[float], n: int) -> str:
-    per = sorted(v / n * 1e6 for v in values)
-    return f"{per[0]:9.0f} {statistics.median(per):9.0f} {per[-1]:9.0f}"
-
-
 async def run(args: argparse.Namespace) -> None:
     from copilot import CopilotClient, RuntimeConnection
 
     scratch = Path(tempfile.mkdtemp(prefix="serve-bench-"))
-    async with FakeOpenAI() as fake:
-        fake.script = lambda _request: text(ANSWER)
-        settings = with_overrides(load_settings(scratch / "api"), model="bench",
-                                  base_url=fake.base_url)
-        model = build_model_client(settings)
+    per_round = args.n // args.rounds
+    async with loopback(scratch) as (fake, engine):
         serve = ["-m", "subsessions", "serve", "--home", str(scratch / "serve"),
                  "--base-url", fake.base_url, "--model", "bench"]
         client = CopilotClient(connection=RuntimeConnection.for_stdio(path=sys.executable,
                                                                       args=serve),
                                log_level="warning")
-        per_round = args.n // args.rounds
-        api_times: list[float] = []
-        sdk_times: list[float] = []
-        async with Engine(scratch / "api", model_client=model, model="bench") as engine:
-            await client.start()
-            try:
-                warm = [f"warm {i}" for i in range(args.per_session)]
-                await api_side(engine, warm, args.per_session)
-                await sdk_side(client, warm, args.per_session)
-                for r in range(args.rounds):
-                    prompts = [f"prompt {r}.{i}" for i in range(per_round)]
-                    fake.requests.clear()
-                    api_times.append(await api_side(engine, prompts, args.per_session))
-                    fake.requests.clear()
-                    sdk_times.append(await sdk_side(client, prompts, args.per_session))
-                api_k = await api_concurrent(engine, args.concurrent)
-                sdk_k = await sdk_concurrent(client, args.concurrent)
-            finally:
-                await client.stop()
-        await model.aclose()
-    ratio = statistics.median(s / a for s, a in zip(sdk_times, api_times, strict=True))
+        await client.start()
+        try:
+            warm = [f"warm {i}" for i in range(args.per_session)]
+            await api_side(engine, warm, args.per_session)
+            await sdk_side(client, warm, args.per_session)
+            api_times, sdk_times = await alternate(
+                fake, args.rounds, per_round,
+                lambda prompts: api_side(engine, prompts, args.per_session),
+                lambda prompts: sdk_side(client, prompts, args.per_session))
+            api_k = await api_concurrent(engine, args.concurrent)
+            sdk_k = await sdk_concurrent(client, args.concurrent)
+        finally:
+            await client.stop()
     print(f"send_and_wait, {per_round} per round x {args.rounds} rounds "
           f"({args.n} a side), µs per call: min / median / max")
     print(f"  Python API (in process)     {fmt(api_times, per_round)}")
     print(f"  Copilot SDK via serve       {fmt(sdk_times, per_round)}")
-    print(f"  median ratio SDK/API        {ratio:9.2f}")
+    print(f"  median ratio SDK/API        {median_ratio(sdk_times, api_times):9.2f}")
     print(f"{args.concurrent} concurrent sessions, one prompt each, wall ms: "
           f"API {api_k * 1e3:.0f}, SDK {sdk_k * 1e3:.0f}, ratio {sdk_k / api_k:.2f}")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"bench process peak RSS {peak / 1024:.0f} MiB; rollouts on disk in {scratch} "
-          f"(filesystem of {tempfile.gettempdir()}); gc.freeze not used; "
-          f"load: {os.getloadavg()[0]:.2f}")
+    footer(scratch)
 
 
 def main() -> None:
