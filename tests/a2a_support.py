@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from fake_openai import FakeOpenAI, Recorded, Reply, call, calls, text
-from openai_support import cli_env, tool_outputs
+from openai_support import ByPrompt, cli_env, tool_outputs
 
 pytest.importorskip("a2a", reason="pip install 'subsessions[a2a]'")
 
@@ -51,38 +51,12 @@ TIMEOUT = 30.0
 QUESTION = "which colour?"
 
 
-def prompt_of(request: Recorded) -> str:
-    """The user prompt of a chat request (its last user message)."""
-    for message in reversed(request.body.get("messages", [])):
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            return str(content)
-    return ""
-
-
-class Model:
+class Model(ByPrompt):
     """The fake model's script, by prompt: `fan out` spawns a child (`child work`) and waits
     for it (`fan out X`: `child work X`); `ask` asks the user; a prompt with a gate set up
     waits for it; anything else is echoed. Every prompt's request sets its arrival event."""
 
-    def __init__(self) -> None:
-        self.gates: dict[str, asyncio.Event] = {}
-        self.arrived: dict[str, asyncio.Event] = {}
-
-    def gate(self, prompt: str) -> asyncio.Event:
-        return self.gates.setdefault(prompt, asyncio.Event())
-
-    def arrival(self, prompt: str) -> asyncio.Event:
-        return self.arrived.setdefault(prompt, asyncio.Event())
-
-    async def __call__(self, request: Recorded) -> Reply:
-        prompt = prompt_of(request)
-        self.arrival(prompt).set()
-        gate = self.gates.get(prompt)
-        if gate is not None:
-            await gate.wait()
+    def reply(self, prompt: str, request: Recorded) -> Reply:
         outs = tool_outputs(request)
         if prompt.startswith("fan out"):  # `fan out X`: the child's prompt is `child work X`
             if not outs:

@@ -12,57 +12,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
-from fake_openai import FakeOpenAI, Recorded, Reply, text
+from fake_openai import FakeOpenAI
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp_types import CallToolResult, TextContent
-from openai_support import cli_env
+from openai_support import ByPrompt, cli_env
 
 from subsessions.rollouts import find_rollout, read_rollout
 from subsessions.testing import plain_ending
 
 
-def prompt_of(request: Recorded) -> str:
-    """The user prompt of a child's chat request (the last user message)."""
-    for message in reversed(request.body.get("messages", [])):
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            return str(content)
-    return ""
-
-
-class Children:
+class Children(ByPrompt):
     """The fake model's script: `answer to {prompt}`, after the prompt's gate opens."""
-
-    def __init__(self) -> None:
-        self.gates: dict[str, asyncio.Event] = {}
-        self.arrived: dict[str, asyncio.Event] = {}
-        self.abandoned: dict[str, asyncio.Event] = {}
-
-    def gate(self, prompt: str) -> asyncio.Event:
-        """Requests for `prompt` are answered once the returned event is set."""
-        return self.gates.setdefault(prompt, asyncio.Event())
-
-    def arrival(self, prompt: str) -> asyncio.Event:
-        """Set once a model request for `prompt` has arrived."""
-        return self.arrived.setdefault(prompt, asyncio.Event())
-
-    def abandonment(self, prompt: str) -> asyncio.Event:
-        """Set once a held request for `prompt` was given up by the client (cancelled)."""
-        return self.abandoned.setdefault(prompt, asyncio.Event())
-
-    async def __call__(self, request: Recorded) -> Reply:
-        prompt = prompt_of(request)
-        self.arrival(prompt).set()
-        gate = self.gates.get(prompt)
-        if gate is not None:
-            try:
-                await gate.wait()
-            except asyncio.CancelledError:  # the client went away mid-request
-                self.abandonment(prompt).set()
-                raise
-        return text(f"answer to {prompt}")
 
 
 def server_args(home: Path, fake: FakeOpenAI, *extra: str) -> list[str]:

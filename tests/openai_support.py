@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from fake_openai import Recorded, Reply
+from fake_openai import Recorded, Reply, text
 
 REPO = Path(__file__).resolve().parents[1]
 UNSET = "SUBSESSIONS_TEST_UNSET_KEY"
@@ -95,3 +95,52 @@ class Held:
         self.arrived.set()
         await self.gate.wait()
         return self.reply
+
+
+# -- a model that answers by the prompt ----------------------------------------------------
+def prompt_of(request: Recorded) -> str:
+    """The user prompt of a chat request (its last user message)."""
+    for message in reversed(request.body.get("messages", [])):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return str(content)
+    return ""
+
+
+class ByPrompt:
+    """A fake model's script by prompt: each request sets its prompt's arrival event and
+    waits for the prompt's gate if one is set up; `reply` answers (here `answer to {prompt}`)."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, asyncio.Event] = {}
+        self.arrived: dict[str, asyncio.Event] = {}
+        self.abandoned: dict[str, asyncio.Event] = {}
+
+    def gate(self, prompt: str) -> asyncio.Event:
+        """Requests for `prompt` are answered once the returned event is set."""
+        return self.gates.setdefault(prompt, asyncio.Event())
+
+    def arrival(self, prompt: str) -> asyncio.Event:
+        """Set once a model request for `prompt` has arrived."""
+        return self.arrived.setdefault(prompt, asyncio.Event())
+
+    def abandonment(self, prompt: str) -> asyncio.Event:
+        """Set once a held request for `prompt` was given up by the client (cancelled)."""
+        return self.abandoned.setdefault(prompt, asyncio.Event())
+
+    async def __call__(self, request: Recorded) -> Reply:
+        prompt = prompt_of(request)
+        self.arrival(prompt).set()
+        gate = self.gates.get(prompt)
+        if gate is not None:
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:  # the client went away mid-request
+                self.abandonment(prompt).set()
+                raise
+        return self.reply(prompt, request)
+
+    def reply(self, prompt: str, request: Recorded) -> Reply:
+        return text(f"answer to {prompt}")

@@ -23,12 +23,12 @@ from mcp_support import (
     error,
     eventually_ends,
     http_server,
-    prompt_of,
     result_text,
     server_params,
 )
 from mcp_tasks_support import TASKS, Tasks, cancel, get, settled, start
 from mcp_types import CallToolResult
+from openai_support import prompt_of
 
 __all__ = ["fake_openai"]
 

@@ -60,10 +60,11 @@ PATCH = """*** Begin Patch
 
 
 def test_command() -> list[str]:
-    """pytest when it is installed, else the standard library's unittest."""
+    """pytest when it is installed, else the standard library's unittest. The sample needs
+    no plugin: those installed beside it (some import for seconds, or warn) are not loaded."""
     if importlib.util.find_spec("pytest") is not None:
-        return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                "-p", "no:asyncio", "tests"]
+        return ["env", "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1", sys.executable, "-m", "pytest",
+                "-q", "-p", "no:cacheprovider", "tests"]
     return [sys.executable, "-m", "unittest", "-v"]
 
 
