@@ -16,6 +16,7 @@ import textwrap
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import orjson
@@ -33,26 +34,23 @@ SPAWNER = textwrap.dedent("""
     import asyncio, os, sys
     from subsessions import Engine, ScriptedModel, SessionConfig
 
-    def size(path):  # a top-level rollout starts with its first child (or task)
-        return os.path.getsize(path) if os.path.exists(path) else 0
-
     async def main(home, ready):
         model = ScriptedModel(lambda request: ["ok"])
         async with Engine(home, model_client=model) as engine:
             parent = await engine.create_session(SessionConfig(max_children=100_000))
-            path, told = parent.recorder.path, False
-            print(path, flush=True)
-            await parent.recorder.flush_durable()
-            for i in range(20_000):  # bounded: the test kills it long before the end
-                await parent.subsessions.spawn_child("mathematician", "hi")
+            print(parent.recorder.path, flush=True)
+            for i in range(ready + 300):
+                child = await parent.subsessions.spawn_child("mathematician", "hi")
                 if i % 4 == 3:
                     await asyncio.sleep(0)  # children run, the flusher hands lines over
-                if i >= ready and not told and size(path) > 4096:
-                    told = print("ready", flush=True) or True  # spawn lines are on disk
-            while not told and size(path) <= 4096:  # a slow disk: wait for them
-                await asyncio.sleep(0.01)
-            if not told:
-                print("ready", flush=True)
+                if i == ready:  # its spawn lines so far are on disk
+                    await parent.recorder.flush_durable()
+                elif i == ready + 1:
+                    first = parent.subsessions.info(child).rollout_path
+            parent.recorder.flush()  # 300 more heads and lines handed to the writer
+            while not os.path.exists(first):  # it has started on them (bounded by the test)
+                await asyncio.sleep(0.001)
+            print("ready", flush=True)  # the writer creating the files as fast as it can
             await asyncio.Event().wait()
 
     asyncio.run(main(sys.argv[1], int(sys.argv[2])))
@@ -73,7 +71,8 @@ def records(path: str | Path, torn: bool = False) -> list[dict]:
 
 
 def spawned_then_killed(home: Path, ready: int) -> list[str]:
-    """Kill a parent spawning children once `ready` are spawned; the ids its rollout names."""
+    """Kill a parent once `ready` children are spawned and on disk and the writer has started
+    on 300 more (creating their files as fast as it can); the ids its rollout names."""
     child = subprocess.Popen(
         [sys.executable, "-c", SPAWNER, str(home), str(ready)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -92,10 +91,19 @@ def spawned_then_killed(home: Path, ready: int) -> list[str]:
             if r["type"] == "event_msg" and r["payload"].get("message", "").startswith(prefix)]
 
 
+def killed_storms(tmp_path: Path,
+                  points: tuple[int, ...]) -> list[tuple[int, Path, list[str]]]:
+    """`spawned_then_killed` at each point, two storms at a time (one a core): the kill point,
+    its home, and the ids the parent's rollout names."""
+    homes = [tmp_path / f"home-{ready}" for ready in points]
+    with ThreadPoolExecutor(2) as pool:
+        return list(zip(points, homes, pool.map(spawned_then_killed, homes, points),
+                        strict=True))
+
+
 def test_a_killed_parent_names_only_children_whose_rollouts_exist(tmp_path: Path) -> None:
-    for ready in (200, 800, 2000, 4000):  # a kill early, and late in a long storm
-        home = tmp_path / f"home-{ready}"
-        spawned = spawned_then_killed(home, ready)
+    # a kill early, and late in a long storm
+    for ready, home, spawned in killed_storms(tmp_path, (200, 800, 2000, 4000)):
         assert len(spawned) > 0, "the parent wrote no spawn line before the kill"
         files = dict(rollout_entries(home))
         lost = []
@@ -231,9 +239,8 @@ def test_every_rollout_on_disk_starts_with_its_session_meta_whenever_the_kill(
     """Killed at 12 points of a spawning storm (the writer creating files as fast as it can),
     no file is ever empty or begins with anything but its own whole `session_meta`."""
     bad: list[str] = []
-    for ready in (30, 60, 100, 150, 220, 300, 400, 550, 700, 900, 1200, 1600):
-        home = tmp_path / f"home-{ready}"
-        spawned_then_killed(home, ready)
+    points = (30, 60, 100, 150, 220, 300, 400, 550, 700, 900, 1200, 1600)
+    for ready, home, _ in killed_storms(tmp_path, points):
         for session_id, first in heads(home).items():
             try:
                 meta = orjson.loads(first)

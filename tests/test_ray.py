@@ -694,10 +694,14 @@ async def test_a_child_that_cannot_be_sent_to_a_shard_fails_and_leaves_no_load(
 
 
 async def test_a_shard_the_cluster_has_no_room_for_does_not_hold_the_engine_back(
-    home: Path, script: Script, ray_cluster: Any
+    home: Path, script: Script, ray_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three shards asked for, room for two (each takes 0.6 of a worker node's `shard`): the
-    engine starts on the two (Ray keeps the third pending) and its children run there."""
+    engine starts on the two (Ray keeps the third pending) and its children run there.
+    (The grace the others get once one has started is cut from 30 s to 8.)"""
+    from subsessions.ray import placement
+
+    monkeypatch.setattr(placement, "START_GRACE", 8.0)
     options = {"num_cpus": 0, "resources": {"shard": 0.6}}
     backend = RayBackend(shards=3, model_on_driver=True, actor_options=options)
     async with Engine(home, model_client=script.model, backend=backend) as engine:
