@@ -7,9 +7,9 @@ building its engine, so a plain `[mcp_servers.subsessions]` entry (no `required`
 timeout) has every tool in that first request, here while another process burns a core.
 
 Whether a machine is fast enough for any Python MCP server to make that second is not ours to
-decide: when our tools are missing, the same run with a minimal server on the same `mcp` SDK
-tells which it is. The minimal one listed in time and ours not is a failure; both missing
-skips the test, naming the load.
+decide: when our tools are missing, the same run with a minimal server on the same `mcp` SDK,
+taking turns with ours, tells which it is. The minimal one listing twice while ours never does
+is a failure; fewer skips the test, naming the load.
 """
 
 from __future__ import annotations
@@ -96,20 +96,26 @@ async def test_codex_lists_our_tools_in_its_first_request_under_load(
     fake_openai.script = lambda request: text("hello")
     ours = [sys.executable, "-m", "subsessions", "mcp", "--home", str(tmp_path / "ours"),
             "--base-url", fake_openai.base_url, "--wire-api", "chat", "--model", "m"]
+    # A first, untimed run: a fresh clone compiles our modules on its first start.
+    await _first_request(codex, fake_openai, tmp_path / "warm", "subsessions", ours)
     with cpu_burner():
         # Codex waits about a second for its servers; on a loaded two-core machine a cold
-        # Python server lands either side of it. Up to three tries (a server that waits for
-        # its engine before answering, as ours once did, misses every one), then a control.
-        for attempt in range(3):
+        # Python server lands either side of it, ours about 10% later than a minimal one
+        # (bench/mcp_tools_list.py). Ours and the control take turns, up to four each: ours
+        # listing once passes; the control listing at least twice while ours never did fails
+        # (a server that waits for its engine before answering, as ours once did, misses
+        # every time); fewer is a machine too loaded to tell.
+        control_listed = 0
+        for attempt in range(4):
             first = await _first_request(codex, fake_openai, tmp_path / f"codex{attempt}",
                                          "subsessions", ours)
             listed = _listed(first, "subsessions")
             if listed:
                 break
-        if not listed:
-            control = await _first_request(codex, fake_openai, tmp_path / "control",
+            control = await _first_request(codex, fake_openai, tmp_path / f"control{attempt}",
                                            "minimal", MINIMAL)
-            if not _listed(control, "minimal"):
-                pytest.skip("this machine is too loaded for Codex's one-second MCP grace: "
-                            "a minimal server on the same mcp SDK missed it too")
-    assert listed == set(TOOL_NAMES)
+            control_listed += bool(_listed(control, "minimal"))
+        if not listed and control_listed < 2:
+            pytest.skip("this machine is too loaded for Codex's one-second MCP grace: "
+                        f"a minimal server on the same mcp SDK listed {control_listed} of 4")
+    assert listed == set(TOOL_NAMES), f"ours never listed; the control did {control_listed} of 4"
