@@ -8,14 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from a2a_support import QUESTION, Model, a2a_server, ending, eventually_ends, state
 from fake_openai import FakeOpenAI, fake_openai
-from npm_cache import cache_root
+from npm_cache import library
 from openai_support import cli_env
 
 __all__ = ["fake_openai"]
@@ -26,20 +24,7 @@ CLIENT = Path(__file__).with_name("a2a_js_client.mjs")
 @pytest.fixture(scope="module")
 def a2a_js() -> Path:
     """A directory where `import "@a2a-js/sdk/client"` resolves (installed once, cached)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed for the @a2a-js/sdk test (apt-get install "
-                    "nodejs npm); .ci/run installs them")
-    cache = cache_root() / "a2a-js-sdk-1.3.0"
-    if not (cache / "node_modules" / "@a2a-js" / "sdk").is_dir():
-        cache.mkdir(parents=True, exist_ok=True)
-        (cache / "package.json").write_text('{"private": true}\n')
-        done = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts", SDK],
-            cwd=cache, capture_output=True, text=True, timeout=600, check=False)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            pytest.skip(f"npm could not install {SDK} (offline?): {last}")
-    return cache
+    return library(SDK, "a2a-js-sdk-1.3.0", "@a2a-js/sdk")
 
 
 async def test_the_javascript_sdk_drives_every_path(

@@ -7,37 +7,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from fake_openai import FakeOpenAI, fake_openai
+from npm_cache import library
 from openai_support import cli_env, rollouts
 from serve_support import NOT_SUPPORTED, scenario, serve_args
 
 __all__ = ["fake_openai"]
 SDK = "@github/copilot-sdk@1.0.14"
-CACHE = Path.home() / ".cache" / "subsessions-tests" / "copilot-sdk-1.0.14"
 HOST = Path(__file__).with_name("serve_ts_host.mjs")
 
 
 @pytest.fixture(scope="module")
 def ts_sdk() -> Path:
     """A directory where `import "@github/copilot-sdk"` resolves (installed once, cached)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed for the TypeScript SDK test (apt-get install "
-                    "nodejs npm); .ci/run installs them")
-    if not (CACHE / "node_modules" / "@github" / "copilot-sdk").is_dir():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        (CACHE / "package.json").write_text('{"private": true}\n')
-        done = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts", SDK],
-            cwd=CACHE, capture_output=True, text=True, timeout=600, check=False)
-        if done.returncode != 0:
-            pytest.fail(f"npm install {SDK} failed: {done.stderr[-2000:]}")
-    return CACHE
+    return library(SDK, "copilot-sdk-1.0.14", "@github/copilot-sdk")
 
 
 async def test_the_typescript_sdk_runs_the_scenario(
